@@ -1,0 +1,62 @@
+"""Grouping gradients: the cyclic minimum-size schedule, LM cluster clean-up, TF-IDF
+grouping (deterministic, no LM), and random minibatches for the ablation."""
+
+from __future__ import annotations
+
+import random
+from typing import Sequence
+
+
+def min_cluster_size(schedule: Sequence[int], round_index: int) -> int:
+    """Round r uses schedule[r mod len]: broad patterns, then finer ones, then again."""
+    return schedule[round_index % len(schedule)]
+
+
+def normalize_clusters(raw: list[tuple[list, str]], n: int) -> list[tuple[list[int], str]]:
+    """Keep valid, unique member numbers; each gradient lands in at most one cluster;
+    gradients the LM left out become clusters of their own (with their own text as gradient)."""
+    taken: set[int] = set()
+    clusters: list[tuple[list[int], str]] = []
+    for members, text in raw:
+        valid = []
+        for m in members if isinstance(members, list) else []:
+            try:
+                m = int(m)
+            except (TypeError, ValueError):
+                continue
+            if 0 <= m < n and m not in taken:
+                taken.add(m)
+                valid.append(m)
+        if valid and isinstance(text, str) and text.strip():
+            clusters.append((valid, text.strip()))
+        else:
+            taken.difference_update(valid)
+    return clusters + [([m], "") for m in range(n) if m not in taken]
+
+
+def tfidf_groups(texts: list[str], distance_threshold: float = 0.8) -> list[list[int]]:
+    """Agglomerative clustering of TF-IDF vectors (cosine, average linkage)."""
+    if len(texts) < 2:
+        return [list(range(len(texts)))] if texts else []
+    from sklearn.cluster import AgglomerativeClustering
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
+    try:
+        vectors = TfidfVectorizer(stop_words="english").fit_transform(texts).toarray()
+    except ValueError:  # only stop words: nothing to compare, one group
+        return [list(range(len(texts)))]
+    if not vectors.any(axis=1).all():
+        return [list(range(len(texts)))]
+    labels = AgglomerativeClustering(
+        n_clusters=None, distance_threshold=distance_threshold, metric="cosine", linkage="average"
+    ).fit_predict(vectors)
+    groups: dict[int, list[int]] = {}
+    for index, label in enumerate(labels):
+        groups.setdefault(int(label), []).append(index)
+    return sorted(groups.values(), key=lambda g: g[0])
+
+
+def random_minibatches(n: int, size: int, rng: random.Random) -> list[list[int]]:
+    order = list(range(n))
+    rng.shuffle(order)
+    return [order[i : i + size] for i in range(0, n, max(1, size))]

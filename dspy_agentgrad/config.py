@@ -1,0 +1,81 @@
+"""Options of an AgentGrad run, their checks, and the ``auto`` budget presets."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+AUTO_ROUNDS = {"light": 4, "medium": 8, "heavy": 16}
+DEFAULT_TRAIN_BATCH = 16
+
+
+def auto_budget(auto: str, n_predictors: int, n_train: int, n_val: int, train_batch_size: int = DEFAULT_TRAIN_BATCH) -> int:
+    """Metric calls an ``auto`` preset means for a program and data size.
+
+    One initial validation pass, then per round the worst case of: the training
+    batch (b runs), one intervention per failure and predictor (b * N), the
+    candidates' cluster checks (at most 2 b), and two validation passes:
+    ``n_val + rounds * (b * (N + 3) + 2 * n_val)`` with b = min(train_batch_size, n_train).
+    Example: 3 predictors, 100 train, 50 val, "light" (4 rounds):
+    50 + 4 * (16 * 6 + 100) = 834.
+    """
+    if auto not in AUTO_ROUNDS:
+        raise ValueError(f"auto must be one of {sorted(AUTO_ROUNDS)} or None; got {auto!r}")
+    b = min(train_batch_size, n_train)
+    return n_val + AUTO_ROUNDS[auto] * (b * (n_predictors + 3) + 2 * n_val)
+
+
+@dataclass
+class AgentGradConfig:
+    auto: str | None = "light"
+    max_metric_calls: int | None = None
+    max_rounds: int | None = None
+    max_prompt_tokens: int | None = None
+    num_threads: int = 1
+    seed: int = 0
+    max_score: float = 1.0
+    train_batch_size: int = DEFAULT_TRAIN_BATCH
+    cluster_schedule: tuple[int, ...] = (3, 2, 1)
+    clustering: str = "lm"
+    target_identification: bool = True
+    agent_supervision: bool = True
+    semantic_abstraction: bool = True
+    leak_check: bool = True
+    retry_attempts: int = 3
+    retry_backoff_s: float = 1.0
+    track_stats: bool = True
+    extra: dict = field(default_factory=dict)
+
+    def validate(self) -> None:
+        if self.auto is not None and self.auto not in AUTO_ROUNDS:
+            raise ValueError(f"auto must be one of {sorted(AUTO_ROUNDS)} or None; got {self.auto!r}")
+        if self.auto is not None and self.max_metric_calls is not None:
+            raise ValueError(
+                f"auto={self.auto!r} and max_metric_calls={self.max_metric_calls} both set the budget; "
+                "pass auto=None to use max_metric_calls"
+            )
+        if self.auto is None and self.max_metric_calls is None and self.max_rounds is None:
+            raise ValueError("no budget: set auto ('light', 'medium', 'heavy'), max_metric_calls, or max_rounds")
+        for name in ("max_metric_calls", "max_rounds", "max_prompt_tokens"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                raise ValueError(f"{name} must be a positive integer or None; got {value!r}")
+        for name in ("num_threads", "train_batch_size", "retry_attempts"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be a positive integer; got {value!r}")
+        if not isinstance(self.seed, int):
+            raise ValueError(f"seed must be an integer; got {self.seed!r}")
+        if not self.cluster_schedule or any(not isinstance(m, int) or m < 1 for m in self.cluster_schedule):
+            raise ValueError(f"cluster_schedule must be a non-empty sequence of positive integers; got {self.cluster_schedule!r}")
+        if self.clustering not in ("lm", "tfidf"):
+            raise ValueError(f"clustering must be 'lm' or 'tfidf'; got {self.clustering!r}")
+        if self.retry_backoff_s < 0:
+            raise ValueError("retry_backoff_s must be >= 0")
+
+    def fingerprint(self) -> dict:
+        """The options that change decisions (not threads, logging or stats)."""
+        data = asdict(self)
+        for key in ("num_threads", "track_stats", "retry_backoff_s", "extra"):
+            data.pop(key)
+        data["cluster_schedule"] = list(self.cluster_schedule)
+        return data

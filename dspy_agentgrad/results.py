@@ -1,0 +1,163 @@
+"""What a run produced, in forms people can read: dataclasses, JSON and a Markdown summary."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import dspy
+
+from .jsonable import to_jsonable
+
+
+@dataclass
+class AttributionRecord:
+    """A failure fixed by hinting one predictor: the agent-level pseudo-label."""
+
+    example: dspy.Example
+    inputs: dict[str, Any]
+    original: dict[str, Any]
+    corrected: dict[str, Any]
+    feedback: str = ""
+    program_outputs: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {
+            "example": to_jsonable(self.example.toDict()),
+            "inputs": self.inputs,
+            "original": self.original,
+            "corrected": self.corrected,
+            "feedback": self.feedback,
+        }
+
+
+@dataclass
+class AttributionReport:
+    """Steps 1-2 of AgentGrad: which predictor is at fault for each failure."""
+
+    order: list[str]
+    attributed: dict[str, list[AttributionRecord]]
+    hard_cases: list[dspy.Example]
+    passed: list[dspy.Example]
+    leaked: int = 0
+
+    def counts(self) -> dict[str, int]:
+        return {name: len(records) for name, records in self.attributed.items()}
+
+    def to_dict(self) -> dict:
+        return {
+            "order": self.order,
+            "attributed": {k: [r.to_dict() for r in v] for k, v in self.attributed.items()},
+            "hard_cases": [to_jsonable(e.toDict()) for e in self.hard_cases],
+            "passed": len(self.passed),
+            "rejected_as_label_leak": self.leaked,
+        }
+
+
+@dataclass
+class CandidateRecord:
+    round: int
+    predictor: str
+    cluster_size: int
+    min_cluster_size: int
+    gradient: str
+    previous_instruction: str
+    instruction: str | None
+    cluster_score_before: float | None = None
+    cluster_score_after: float | None = None
+    val_score: float | None = None
+    accepted: bool = False
+    reason: str = ""
+    metric_calls: int = 0
+
+
+@dataclass
+class RoundRecord:
+    round: int
+    min_cluster_size: int
+    batch_size: int
+    failures: int
+    attributed: dict[str, int]
+    hard_cases: int
+    label_leaks: int
+    gradients: int
+    clusters: int
+    waiting: int
+    candidates: int = 0
+    accepted: int = 0
+    best_val_score: float | None = None
+    metric_calls: int = 0
+
+
+@dataclass
+class AgentGradResult:
+    best_val_score: float
+    initial_val_score: float
+    final_instructions: dict[str, str]
+    initial_instructions: dict[str, str]
+    candidates: list[CandidateRecord] = field(default_factory=list)
+    rounds: list[RoundRecord] = field(default_factory=list)
+    val_history: list[tuple[int, float]] = field(default_factory=list)
+    metric_calls: int = 0
+    max_metric_calls: int | None = None
+    usage: dict = field(default_factory=dict)
+    program_errors: dict[str, int] = field(default_factory=dict)
+    prompt_role_failures: dict[str, int] = field(default_factory=dict)
+    wall_time_s: float = 0.0
+    stop_reason: str = ""
+    interrupted: bool = False
+    resumed: bool = False
+    seed: int = 0
+    options: dict = field(default_factory=dict)
+    log_dir: str | None = None
+
+    @property
+    def accepted(self) -> list[CandidateRecord]:
+        return [c for c in self.candidates if c.accepted]
+
+    @property
+    def rejected(self) -> list[CandidateRecord]:
+        return [c for c in self.candidates if not c.accepted]
+
+    @property
+    def hard_cases(self) -> int:
+        return sum(r.hard_cases for r in self.rounds)
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["val_history"] = [list(p) for p in self.val_history]
+        data["hard_cases_total"] = self.hard_cases
+        return to_jsonable(data)
+
+    def to_markdown(self) -> str:
+        lines = [
+            "# AgentGrad run",
+            "",
+            f"- validation score: {self.initial_val_score:.4f} -> {self.best_val_score:.4f}",
+            f"- metric calls: {self.metric_calls}" + (f" of {self.max_metric_calls}" if self.max_metric_calls else ""),
+            f"- rounds: {len(self.rounds)}; stop: {self.stop_reason}; wall time: {self.wall_time_s:.1f} s",
+            f"- task LM: {self.usage.get('task', {})}; prompt LM: {self.usage.get('prompt', {})}",
+            f"- program errors: {self.program_errors or 'none'}; prompt-LM role failures: {self.prompt_role_failures or 'none'}",
+            "",
+            "## Rounds",
+            "",
+            "| round | min cluster | batch | failures | attributed | hard | clusters | accepted | best val |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        for r in self.rounds:
+            attributed = ", ".join(f"{k}: {v}" for k, v in r.attributed.items() if v) or "-"
+            best = "-" if r.best_val_score is None else f"{r.best_val_score:.4f}"
+            lines.append(f"| {r.round} | {r.min_cluster_size} | {r.batch_size} | {r.failures} | {attributed} | "
+                         f"{r.hard_cases} | {r.clusters} | {r.accepted}/{r.candidates} | {best} |")
+        lines += ["", "## Candidates", "", "| round | predictor | cluster | cluster before -> after | val | decision |",
+                  "|---|---|---|---|---|---|"]
+        for c in self.candidates:
+            def fmt(x):
+                return "-" if x is None else f"{x:.3f}"
+            decision = "accepted" if c.accepted else f"rejected ({c.reason})"
+            lines.append(f"| {c.round} | {c.predictor} | {c.cluster_size} | {fmt(c.cluster_score_before)} -> "
+                         f"{fmt(c.cluster_score_after)} | {fmt(c.val_score)} | {decision} |")
+        lines += ["", "## Final instructions", ""]
+        for name, text in self.final_instructions.items():
+            lines += [f"### {name}", "", "```", text, "```", ""]
+        return "\n".join(lines)

@@ -1,0 +1,80 @@
+"""The optimizer's own LM roles, as DSPy signatures with their prompts kept together."""
+
+from __future__ import annotations
+
+import dspy
+from pydantic import BaseModel, Field
+
+
+class ExtractGradient(dspy.Signature):
+    """You improve the instruction of one step (an "agent") in a multi-step LM program.
+
+    For one training example, the step produced an original output that led the program to fail.
+    When the step was given a hint, it produced a corrected output and the program succeeded.
+    Compare the two outputs and write a textual gradient: specific, actionable advice on how the
+    step's instruction should change so that, without any hint, the step produces outputs like the
+    corrected one. Describe the general behaviour to change; do not copy answers or facts that only
+    apply to this example."""
+
+    current_instruction: str = dspy.InputField(desc="the step's instruction now")
+    step_inputs: str = dspy.InputField(desc="what the step was given")
+    original_output: str = dspy.InputField(desc="what the step produced (the program failed)")
+    corrected_output: str = dspy.InputField(desc="what the step produced with the hint (the program succeeded)")
+    gradient: str = dspy.OutputField(desc="how the instruction should change, in 1-4 sentences")
+
+
+class ExtractSystemGradient(dspy.Signature):
+    """You improve the instruction of one step in a multi-step LM program.
+
+    The program failed on one training example. You see the program's input, its final output, the
+    expected result and the evaluator's feedback, but not which step went wrong. Write a textual
+    gradient: specific, actionable advice on how this step's instruction should change so that the
+    program produces the expected kind of result. Describe general behaviour; do not copy answers
+    that only apply to this example."""
+
+    current_instruction: str = dspy.InputField(desc="the step's instruction now")
+    program_inputs: str = dspy.InputField()
+    program_output: str = dspy.InputField()
+    expected: str = dspy.InputField(desc="the expected result and the evaluator's feedback")
+    gradient: str = dspy.OutputField(desc="how the instruction should change, in 1-4 sentences")
+
+
+class GradientCluster(BaseModel):
+    members: list[int] = Field(description="numbers of the gradients in this cluster")
+    generalized_gradient: str = Field(description="one correction that covers every member")
+
+
+class AbstractGradients(dspy.Signature):
+    """Group textual gradients for one step's instruction by the correction they ask for.
+
+    Gradients that ask for the same change in behaviour belong in one cluster, even when they
+    mention different examples; gradients asking for unrelated changes must not be mixed. Every
+    gradient number belongs to exactly one cluster. For each cluster write one generalized
+    gradient: the shared correction stated so that it applies beyond the individual examples."""
+
+    current_instruction: str = dspy.InputField()
+    gradients: str = dspy.InputField(desc="numbered gradients, one per failed example")
+    clusters: list[GradientCluster] = dspy.OutputField()
+
+
+class SummarizeGradients(dspy.Signature):
+    """Several textual gradients for one step's instruction ask for related changes.
+    Write one generalized gradient that states their shared correction so that it applies beyond
+    the individual examples."""
+
+    current_instruction: str = dspy.InputField()
+    gradients: str = dspy.InputField(desc="numbered gradients")
+    generalized_gradient: str = dspy.OutputField()
+
+
+class RewriteInstruction(dspy.Signature):
+    """Rewrite the instruction of one step of an LM program so that it follows the given feedback.
+
+    Keep what the current instruction does well, keep the step's task and its input and output
+    fields unchanged, and integrate the correction as clear, general guidance. Return only the new
+    instruction text."""
+
+    step_signature: str = dspy.InputField(desc="the step's input and output fields")
+    current_instruction: str = dspy.InputField()
+    feedback: str = dspy.InputField(desc="the generalized gradient: how the instruction should change")
+    new_instruction: str = dspy.OutputField()

@@ -1,0 +1,391 @@
+"""Grammar-constrained output for small local LMs, so DSPy's adapters always parse.
+
+Tiny instruct models (135M-270M parameters) follow DSPy's ``[[ ## field ## ]]``
+protocol only loosely: they skip fields, invent headers, write prose where an
+int belongs and run to ``max_tokens``. The LM engine only sees chat messages, so
+this module reads the *output fields of the signature being called* back out of
+DSPy's adapter system message (``Your output fields are:`` with
+``1. `name` (type): ...`` lines) and builds a llama.cpp GBNF grammar that admits
+exactly the shape the adapter parses:
+
+* ChatAdapter: ``[[ ## a ## ]]\\n<value>\\n\\n[[ ## b ## ]]\\n<value>\\n\\n[[ ## completed ## ]]``
+* JSONAdapter: ``{"a": <json value>, "b": <json value>}``
+
+Every value is bounded (characters per str field, items per list, digits per
+number), so one field cannot run away and starve the next. If generation still
+stops at ``max_tokens`` before the grammar is complete, :meth:`OutputPlan.repair`
+closes the output with the fields seen so far and typed defaults for the rest,
+so a truncated reply still parses.
+
+Nothing here needs llama.cpp: the grammar is plain text (tests check it with a
+vocabulary-only llama.cpp load), and :meth:`OutputPlan.regex` is an equivalent
+Python regular expression used for repair and for model-free tests.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from dataclasses import dataclass, field
+
+__all__ = [
+    "FieldSpec",
+    "OutputLimits",
+    "OutputPlan",
+    "parse_output_fields",
+    "detect_format",
+    "plan_for_messages",
+]
+
+# Field kinds the grammar knows; anything else becomes bounded free text
+# ("text"), which may still fail the adapter's type check.
+KINDS = ("str", "int", "float", "bool", "literal", "list", "text")
+
+_OUTPUT_BLOCK = "Your output fields are:"
+_BLOCK_END = "All interactions will be structured"
+_FIELD_LINE = re.compile(r"^\s*\d+\. `(\w+)` \(", re.M)
+_CHAT_MARK = "[[ ## completed ## ]]"
+_JSON_MARK = "Outputs will be a JSON object"
+
+
+@dataclass(frozen=True)
+class OutputLimits:
+    """Size bounds that keep every field finite.
+
+    ``str_chars`` caps a str field in characters (a 270M model writes about 4
+    characters per token, so 600 characters is ~150 tokens); lists hold at most
+    ``list_items`` items of at most ``item_chars`` characters.
+    """
+
+    str_chars: int = 600
+    list_items: int = 8
+    item_chars: int = 80
+    digits: int = 12
+
+    def tokens_for(self, fields: list["FieldSpec"]) -> int:
+        """A max_tokens budget large enough for the grammar to finish.
+
+        Estimated at ~3 characters per token plus the field headers; the
+        engine takes the smaller of this and the caller's ``max_tokens``.
+        """
+        total = 16
+        for spec in fields:
+            total += 12 + len(spec.name) // 2
+            if spec.kind in ("str", "text"):
+                total += self.str_chars // 3
+            elif spec.kind == "list":
+                total += self.list_items * (self.item_chars // 3 + 3)
+            elif spec.kind == "literal":
+                total += max(len(c) for c in spec.choices) // 2 + 4
+            else:
+                total += self.digits + 4
+        return total
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    """One output field as DSPy's adapter described it to the LM."""
+
+    name: str
+    type_text: str
+    kind: str
+    choices: tuple[str, ...] = ()  # literal: allowed values as the adapter prints them
+    item_kind: str = "str"  # list: kind of the items (str, int, float, bool)
+    json_choices: tuple[str, ...] = ()  # literal: the same values JSON-encoded
+
+
+def _balanced(text: str, start: int) -> int:
+    """Index of the ``)`` closing the ``(`` just before ``start`` (quotes and brackets aware)."""
+    depth, quote, i = 0, None, start
+    while i < len(text):
+        ch = text[i]
+        if quote:
+            if ch == "\\":
+                i += 1
+            elif ch == quote:
+                quote = None
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            if depth == 0:
+                return i
+            depth -= 1
+        i += 1
+    return -1
+
+
+def classify(type_text: str) -> FieldSpec:
+    """Map the adapter's printed type (``int``, ``list[str]``, ``Literal['a', 'b']``) to a field kind."""
+    t = type_text.strip()
+    base = {"str": "str", "int": "int", "float": "float", "bool": "bool"}
+    if t in base:
+        return FieldSpec("", t, base[t])
+    m = re.fullmatch(r"(?:typing\.)?(?:list|List)\[(str|int|float|bool)\]", t)
+    if m:
+        return FieldSpec("", t, "list", item_kind=m.group(1))
+    m = re.fullmatch(r"(?:typing\.)?Literal\[(.*)\]", t, flags=re.S)
+    if m:
+        try:
+            values = ast.literal_eval("(" + m.group(1) + ",)")
+        except (ValueError, SyntaxError):
+            values = ()
+        if values and all(isinstance(v, (str, int, float, bool)) for v in values):
+            return FieldSpec(
+                "", t, "literal",
+                choices=tuple(str(v) for v in values),
+                json_choices=tuple(json.dumps(v) for v in values),
+            )
+    return FieldSpec("", t, "text")
+
+
+def parse_output_fields(system: str) -> list[FieldSpec]:
+    """Output fields, in order, from a DSPy adapter system message ([] when absent)."""
+    if _OUTPUT_BLOCK not in system:
+        return []
+    block = system.split(_OUTPUT_BLOCK, 1)[1].split(_BLOCK_END, 1)[0]
+    fields = []
+    for m in _FIELD_LINE.finditer(block):
+        end = _balanced(block, m.end())
+        if end < 0:
+            continue
+        spec = classify(block[m.end():end])
+        fields.append(FieldSpec(m.group(1), spec.type_text, spec.kind, spec.choices,
+                                spec.item_kind, spec.json_choices))
+    return fields
+
+
+def detect_format(system: str) -> str | None:
+    """``"chat"`` (ChatAdapter), ``"json"`` (JSONAdapter) or None (not a DSPy adapter prompt)."""
+    if _OUTPUT_BLOCK not in system:
+        return None
+    if _JSON_MARK in system:
+        return "json"
+    if _CHAT_MARK in system:
+        return "chat"
+    return None
+
+
+# --------------------------------------------------------------------------- GBNF
+
+
+def _lit(text: str) -> str:
+    """A GBNF string literal."""
+    return json.dumps(text, ensure_ascii=False)
+
+
+def _bounded(unit: str, lo: int, hi: int) -> str:
+    return f"{unit}{{{lo},{hi}}}"
+
+
+_COMMON_RULES = {
+    # One character of a chat-format value: never the start of "[[", so a value
+    # cannot forge the next field header.
+    "tc": r'tc ::= [^[\x00] | "[" [^[\x00]',
+    "tc0": r'tc0 ::= [^[\x00 \t\r\n] | "[" [^[\x00 \t\r\n]',
+    "jc": r'jc ::= [^"\\\x00-\x1f] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4})',
+    "jc0": r'jc0 ::= [^"\\\x00-\x20] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4})',
+    "ws": r'ws ::= [ \t\n]{0,2}',
+}
+
+
+class _Builder:
+    def __init__(self, limits: OutputLimits):
+        self.limits = limits
+        self.rules: dict[str, str] = {}
+
+    def need(self, *names: str) -> None:
+        for n in names:
+            self.rules.setdefault(n, _COMMON_RULES[n])
+
+    def number(self, kind: str) -> str:
+        d = self.limits.digits
+        if kind == "int":
+            return f'"-"? [0-9]{{1,{d}}}'
+        return f'"-"? [0-9]{{1,{d}}} ("." [0-9]{{1,6}})?'
+
+    def jstring(self, chars: int) -> str:
+        self.need("jc", "jc0")
+        if chars <= 1:
+            return '"\\"" jc0? "\\""'
+        return f'"\\"" (jc0 jc{{0,{chars - 1}}})? "\\""'
+
+    def scalar(self, kind: str, json_mode: bool, chars: int) -> str:
+        if kind in ("int", "float"):
+            return f"({self.number(kind)})"
+        if kind == "bool":
+            return '("true" | "false")' if json_mode else '("True" | "False")'
+        return self.jstring(chars)
+
+    def value(self, spec: FieldSpec, json_mode: bool) -> str:
+        lim = self.limits
+        if spec.kind == "literal":
+            options = spec.json_choices if json_mode else spec.choices
+            return "(" + " | ".join(_lit(o) for o in options) + ")"
+        if spec.kind == "list":
+            self.need("ws")
+            item = self.scalar(spec.item_kind, True, lim.item_chars)
+            more = _bounded(f'("," ws {item})', 0, max(lim.list_items - 1, 0))
+            return f'("[" ws ({item} {more})? ws "]")'
+        if spec.kind in ("int", "float", "bool"):
+            return self.scalar(spec.kind, json_mode, lim.digits)
+        # str and free text
+        if json_mode:
+            return self.jstring(lim.str_chars)
+        self.need("tc", "tc0")
+        return f"(tc0 {_bounded('tc', 0, max(lim.str_chars - 1, 0))})"
+
+
+@dataclass
+class OutputPlan:
+    """What one DSPy call must return: format, fields, grammar, token budget."""
+
+    format: str  # "chat" | "json"
+    fields: list[FieldSpec]
+    limits: OutputLimits = field(default_factory=OutputLimits)
+
+    # ------------------------------------------------------------- grammar
+    def gbnf(self) -> str:
+        """The llama.cpp grammar admitting exactly what the adapter parses."""
+        b = _Builder(self.limits)
+        lines = []
+        if self.format == "chat":
+            parts = []
+            for i, spec in enumerate(self.fields):
+                lines.append(f"v{i} ::= {b.value(spec, json_mode=False)}")
+                sep = "" if i == 0 else '"\\n\\n" '
+                parts.append(f'{sep}{_lit(f"[[ ## {spec.name} ## ]]")} "\\n" v{i}')
+            parts.append(f'"\\n\\n" {_lit(_CHAT_MARK)}')
+            root = "root ::= " + " ".join(parts)
+        else:
+            b.need("ws")
+            parts = ['"{" ws']
+            for i, spec in enumerate(self.fields):
+                lines.append(f"v{i} ::= {b.value(spec, json_mode=True)}")
+                sep = "" if i == 0 else '"," ws '
+                parts.append(f'{sep}{_lit(json.dumps(spec.name))} ws ":" ws v{i} ws')
+            parts.append('"}"')
+            root = "root ::= " + " ".join(parts)
+        return "\n".join([root, *lines, *b.rules.values()]) + "\n"
+
+    def max_tokens(self) -> int:
+        return self.limits.tokens_for(self.fields)
+
+    # ------------------------------------------------------------- regex
+    def _value_regex(self, spec: FieldSpec, json_mode: bool) -> str:
+        lim = self.limits
+        jc = r'(?:[^"\\\x00-\x1f]|\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4}))'
+        jc0 = r'(?:[^"\\\x00-\x20]|\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4}))'
+
+        def jstr(n: int) -> str:
+            return f'"(?:{jc0}{jc}{{0,{max(n - 1, 0)}}})?"'
+
+        def num(kind: str) -> str:
+            d = lim.digits
+            return f"-?[0-9]{{1,{d}}}" + ("" if kind == "int" else r"(?:\.[0-9]{1,6})?")
+
+        def scalar(kind: str, jm: bool, n: int) -> str:
+            if kind in ("int", "float"):
+                return num(kind)
+            if kind == "bool":
+                return "(?:true|false)" if jm else "(?:True|False)"
+            return jstr(n)
+
+        if spec.kind == "literal":
+            opts = spec.json_choices if json_mode else spec.choices
+            return "(?:" + "|".join(re.escape(o) for o in opts) + ")"
+        if spec.kind == "list":
+            item = scalar(spec.item_kind, True, lim.item_chars)
+            ws = r"[ \t\n]{0,2}"
+            return rf"\[{ws}(?:{item}(?:,{ws}{item}){{0,{max(lim.list_items - 1, 0)}}})?{ws}\]"
+        if spec.kind in ("int", "float", "bool"):
+            return scalar(spec.kind, json_mode, lim.digits)
+        if json_mode:
+            return jstr(lim.str_chars)
+        tc = r"(?:[^\[\x00]|\[[^\[\x00])"
+        tc0 = r"(?:[^\[\x00 \t\r\n]|\[[^\[\x00 \t\r\n])"
+        return f"{tc0}{tc}{{0,{max(lim.str_chars - 1, 0)}}}"
+
+    def regex(self) -> str:
+        """A Python regex equivalent to :meth:`gbnf` (full match)."""
+        if self.format == "chat":
+            parts = []
+            for i, spec in enumerate(self.fields):
+                sep = "" if i == 0 else r"\n\n"
+                parts.append(f"{sep}{re.escape(f'[[ ## {spec.name} ## ]]')}\\n(?P<v{i}>{self._value_regex(spec, False)})")
+            parts.append(r"\n\n" + re.escape(_CHAT_MARK))
+            return "".join(parts)
+        ws = r"[ \t\n]{0,2}"
+        parts = [r"\{" + ws]
+        for i, spec in enumerate(self.fields):
+            sep = "" if i == 0 else "," + ws
+            parts.append(f"{sep}{re.escape(json.dumps(spec.name))}{ws}:{ws}(?P<v{i}>{self._value_regex(spec, True)}){ws}")
+        parts.append(r"\}")
+        return "".join(parts)
+
+    def matches(self, text: str) -> bool:
+        """True when ``text`` is a complete output the grammar admits."""
+        return re.fullmatch(self.regex(), text, flags=re.S) is not None
+
+    # ------------------------------------------------------------- repair
+    def _default(self, spec: FieldSpec, json_mode: bool) -> str:
+        if spec.kind == "literal":
+            return (spec.json_choices if json_mode else spec.choices)[0]
+        return {"int": "0", "float": "0.0", "bool": "false" if json_mode else "False",
+                "list": "[]"}.get(spec.kind, '""' if json_mode else "")
+
+    def repair(self, text: str) -> str:
+        """Close a generation cut off by ``max_tokens`` so the adapter still parses it.
+
+        Complete fields are kept; a cut str field keeps its text so far; any
+        other cut or missing field gets a typed default (0, False, [], the first
+        Literal choice). A complete output is returned unchanged.
+        """
+        if self.matches(text):
+            return text
+        if self.format == "chat":
+            values: dict[str, str] = {}
+            pieces = re.split(r"\[\[ ## (\w+) ## \]\]", text)
+            for i in range(1, len(pieces) - 1, 2):
+                values.setdefault(pieces[i], pieces[i + 1].strip().rstrip("["))
+            out = []
+            for spec in self.fields:
+                v = values.get(spec.name, "")
+                ok = re.fullmatch(self._value_regex(spec, False), v, flags=re.S) is not None
+                if not ok and not (spec.kind in ("str", "text") and v):
+                    v = self._default(spec, False)
+                out.append(f"[[ ## {spec.name} ## ]]\n{v}")
+            return "\n\n".join(out) + "\n\n" + _CHAT_MARK
+        # JSON: take each complete "name": value pair in order, default the rest.
+        obj: dict[str, object] = {}
+        rest = text
+        for spec in self.fields:
+            m = re.search(re.escape(json.dumps(spec.name)) + r"[ \t\n]*:[ \t\n]*(" +
+                          self._value_regex(spec, True) + ")", rest, flags=re.S)
+            if m:
+                obj[spec.name] = json.loads(m.group(1))
+                rest = rest[m.end():]
+            elif spec.kind in ("str", "text"):
+                m = re.search(re.escape(json.dumps(spec.name)) + r'[ \t\n]*:[ \t\n]*"(.*)$', rest, flags=re.S)
+                cut = m.group(1) if m else ""
+                try:
+                    obj[spec.name] = json.loads('"' + cut.rstrip("\\") + '"')
+                except ValueError:
+                    obj[spec.name] = ""
+                rest = ""
+            else:
+                obj[spec.name] = json.loads(self._default(spec, True))
+        return json.dumps(obj, ensure_ascii=False)
+
+
+def plan_for_messages(system: str, limits: OutputLimits | None = None) -> OutputPlan | None:
+    """The output plan for a DSPy adapter call, or None for a free-form prompt."""
+    fmt = detect_format(system or "")
+    if fmt is None:
+        return None
+    fields = parse_output_fields(system)
+    if not fields:
+        return None
+    return OutputPlan(fmt, fields, limits or OutputLimits())

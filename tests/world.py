@@ -1,0 +1,159 @@
+"""A small deterministic world for AgentGrad tests: a 3-predictor program and a rule-based LM.
+
+Each question names an id and a *kind*: the predictor that goes wrong on it
+(``either``: the note-taker goes wrong, and the question carries an alias that lets a
+hinted answerer repair the run too). A
+predictor behaves on an example unless the example's kind is its own; it then
+behaves if its instruction carries its fix token (``FIX-<name>``) or a hint.
+Errors flow downstream (a wrong keyword retrieves nothing), so only the faulty predictor (or, for kind ``either``,
+the answerer reading the question directly) can repair a run. The prompt-LM
+roles answer with the fix token of the predictor they are asked about.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+
+import dspy
+
+from dspy_agentgrad.fake_lm import FakeCall, fake_lm
+from dspy_agentgrad.tracing import HINT_HEADER
+
+FIELD_TO_PREDICTOR = {"keyword": "extract", "notes": "notes", "answer": "answer"}
+
+
+class Pipeline(dspy.Module):
+    """Attribute order (answer, extract, notes) differs from call order (extract, notes, answer)."""
+
+    def __init__(self):
+        super().__init__()
+        self.answer = dspy.Predict("question, notes -> answer")
+        self.extract = dspy.Predict("question -> keyword")
+        self.notes = dspy.Predict("question, passages -> notes")
+
+    def forward(self, question):
+        keyword = self.extract(question=question).keyword
+        notes = self.notes(question=question, passages=retrieve(keyword)).notes
+        return self.answer(question=question, notes=notes)
+
+
+def retrieve(keyword: str) -> str:
+    """The world's search engine: a document holding the answer, for a well-formed id only."""
+    return f"document {keyword}: the answer is ans-{keyword}" if re.fullmatch(r"id\d+", keyword or "") else "no document found"
+
+
+def make_example(i: int, kind: str) -> dspy.Example:
+    alias = f" alias=ans-id{i}" if kind == "either" else ""
+    return dspy.Example(question=f"id{i} kind={kind}{alias}", answer=f"ans-id{i}").with_inputs("question")
+
+
+def make_data(kinds: dict[str, int], start: int = 0) -> list[dspy.Example]:
+    out, i = [], start
+    for kind, count in kinds.items():
+        for _ in range(count):
+            out.append(make_example(i, kind))
+            i += 1
+    return out
+
+
+def metric(example, pred, trace=None):
+    return float(getattr(pred, "answer", None) == example.answer)
+
+
+def feedback_metric(gold, pred, trace=None, pred_name=None, pred_trace=None):
+    ok = getattr(pred, "answer", None) == gold.answer
+    return dspy.Prediction(score=float(ok), feedback="correct" if ok else f"expected {gold.answer}, got {getattr(pred, 'answer', None)}")
+
+
+def _predictor_of(call: FakeCall) -> str | None:
+    text = call.inputs.get("current_instruction", call.instructions)
+    found = re.search(r"produce the fields `(\w+)`", text)
+    return FIELD_TO_PREDICTOR.get(found.group(1)) if found else None
+
+
+class World:
+    """The rule behind the fake LM. Options change how the world misbehaves.
+
+    overfit: predictor names whose rewrite also carries ``OVERFIT``, which fixes that
+        predictor's own kind but breaks every other example (wins on its cluster,
+        loses on validation).
+    leaky_answer: the answerer copies the gold answer out of a hint.
+    """
+
+    def __init__(self, overfit: tuple[str, ...] = (), leaky_answer: bool = False, garbage_roles: bool = False):
+        self.overfit = set(overfit)
+        self.leaky_answer = leaky_answer
+        self.garbage_roles = garbage_roles
+        self.calls: Counter[str] = Counter()
+
+    # -- task predictors -------------------------------------------------------------------------
+    def _behaves(self, name: str, call: FakeCall, kind: str) -> bool:
+        if "OVERFIT" in call.instructions and kind != name:
+            return False
+        return kind != name or f"FIX-{name}" in call.instructions or HINT_HEADER in call.instructions
+
+    def __call__(self, call: FakeCall):
+        if "current_instruction" in call.inputs:
+            return self._role(call)
+        question = call.inputs["question"]
+        qid, kind = re.match(r"(id\d+) kind=(\w+)", question).groups()
+        if call.output_fields == ["keyword"]:
+            self.calls["extract"] += 1
+            return {"keyword": qid if self._behaves("extract", call, kind) else "bad"}
+        if call.output_fields == ["notes"]:
+            self.calls["notes"] += 1
+            found = re.search(r"ans-id\d+", call.inputs["passages"])
+            good = self._behaves("notes", call, kind) and found
+            return {"notes": f"the answer is {found.group(0)}" if good else "no answer found"}
+        self.calls["answer"] += 1
+        hinted = HINT_HEADER in call.instructions
+        if hinted and self.leaky_answer:
+            copied = re.search(r"answer = (\S+?)[;.\s]", call.instructions)
+            if copied:
+                return {"answer": copied.group(1)}
+        if kind == "either" and hinted:
+            return {"answer": f"ans-{qid}"}
+        found = re.search(r"ans-id\d+", call.inputs["notes"])
+        good = self._behaves("answer", call, kind) and found
+        return {"answer": found.group(0) if good else "ans-bad"}
+
+    # -- the optimizer's roles -------------------------------------------------------------------
+    def _role(self, call: FakeCall):
+        name = _predictor_of(call)
+        if "gradients" in call.inputs and "clusters" in call.output_fields:
+            self.calls["abstract"] += 1
+            if self.garbage_roles:
+                return "garbage with no fields"
+            texts = re.findall(r"^\[(\d+)\] (.*)$", call.inputs["gradients"], flags=re.M)
+            groups: dict[str, list[int]] = {}
+            for index, text in texts:
+                groups.setdefault(text, []).append(int(index))
+            return {"clusters": [{"members": m, "generalized_gradient": t} for t, m in groups.items()]}
+        if "generalized_gradient" in call.output_fields:
+            self.calls["summarize"] += 1
+            return {"generalized_gradient": call.inputs["gradients"].splitlines()[0].split("] ", 1)[1]}
+        if "gradient" in call.output_fields:
+            self.calls["gradient"] += 1
+            return {"gradient": f"Always apply FIX-{name}."}
+        if "new_instruction" in call.output_fields:
+            self.calls["rewrite"] += 1
+            token = re.search(r"FIX-(\w+)", call.inputs["feedback"])
+            extra = f" FIX-{token.group(1)}" if token else ""
+            if token and token.group(1) in self.overfit:
+                extra += " OVERFIT"
+            return {"new_instruction": call.inputs["current_instruction"] + extra}
+        raise AssertionError(f"unexpected call: {call.output_fields}")
+
+
+def world_lm(world: World) -> dspy.LM:
+    return fake_lm(world)
+
+
+def instructions(program: dspy.Module) -> dict[str, str]:
+    return {name: p.signature.instructions for name, p in program.named_predictors()}
+
+
+def dumps(obj) -> str:
+    return json.dumps(obj, sort_keys=True, default=str)
