@@ -57,7 +57,7 @@ class Proposer:
         self._lock = threading.Lock()
 
     def _call(self, role: str, signature: type[dspy.Signature], inputs: dict[str, Any]) -> dict | None:
-        key = f"role:{role}:{digest(inputs)}"
+        key = f"role:{signature.__name__}:{digest(inputs)}"
         with self._lock:
             if key in self._seen:
                 return self._seen[key]

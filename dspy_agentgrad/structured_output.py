@@ -9,6 +9,8 @@ DSPy's adapter system message (``Your output fields are:`` with
 exactly the shape the adapter parses:
 
 * ChatAdapter: ``[[ ## a ## ]]\\n<value>\\n\\n[[ ## b ## ]]\\n<value>\\n\\n[[ ## completed ## ]]``
+  (one or two newlines before each header; no blank line inside a value)
+  (one or two newlines before each header)
 * JSONAdapter: ``{"a": <json value>, "b": <json value>}``
 
 Every value is bounded (characters per str field, items per list, digits per
@@ -181,10 +183,13 @@ def _bounded(unit: str, lo: int, hi: int) -> str:
 
 
 _COMMON_RULES = {
-    # One character of a chat-format value: never the start of "[[", so a value
-    # cannot forge the next field header.
-    "tc": r'tc ::= [^[\x00] | "[" [^[\x00]',
-    "tc0": r'tc0 ::= [^[\x00 \t\r\n] | "[" [^[\x00 \t\r\n]',
+    # One unit of a chat-format value. A value never contains "[[" (it cannot
+    # forge the next field header), never a blank line, and no line starts
+    # with "[": a newline followed by "[[" or by another newline can only be
+    # the separator before the next header. Tiny models otherwise drift into
+    # "[## 1]"-style pseudo headers and loop until max_tokens.
+    "tc": r'tc ::= [^[\n\x00] | "[" [^[\n\x00] | "\n" [^[\n\x00 \t]',
+    "tc0": r'tc0 ::= [^[\x00 \t\r\n]',
     "jc": r'jc ::= [^"\\\x00-\x1f] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4})',
     "jc0": r'jc0 ::= [^"\\\x00-\x20] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4})',
     "ws": r'ws ::= [ \t\n]{0,2}',
@@ -255,9 +260,10 @@ class OutputPlan:
             parts = []
             for i, spec in enumerate(self.fields):
                 lines.append(f"v{i} ::= {b.value(spec, json_mode=False)}")
-                sep = "" if i == 0 else '"\\n\\n" '
+                sep = "" if i == 0 else 'sep '
                 parts.append(f'{sep}{_lit(f"[[ ## {spec.name} ## ]]")} "\\n" v{i}')
-            parts.append(f'"\\n\\n" {_lit(_CHAT_MARK)}')
+            parts.append(f'sep {_lit(_CHAT_MARK)}')
+            b.rules["sep"] = 'sep ::= "\\n" "\\n"?'
             root = "root ::= " + " ".join(parts)
         else:
             b.need("ws")
@@ -304,8 +310,8 @@ class OutputPlan:
             return scalar(spec.kind, json_mode, lim.digits)
         if json_mode:
             return jstr(lim.str_chars)
-        tc = r"(?:[^\[\x00]|\[[^\[\x00])"
-        tc0 = r"(?:[^\[\x00 \t\r\n]|\[[^\[\x00 \t\r\n])"
+        tc = r"(?:[^\[\n\x00]|\[[^\[\n\x00]|\n[^\[\n\x00 \t])"
+        tc0 = r"[^\[\x00 \t\r\n]"
         return f"{tc0}{tc}{{0,{max(lim.str_chars - 1, 0)}}}"
 
     def regex(self) -> str:
@@ -313,9 +319,9 @@ class OutputPlan:
         if self.format == "chat":
             parts = []
             for i, spec in enumerate(self.fields):
-                sep = "" if i == 0 else r"\n\n"
+                sep = "" if i == 0 else r"\n\n?"
                 parts.append(f"{sep}{re.escape(f'[[ ## {spec.name} ## ]]')}\\n(?P<v{i}>{self._value_regex(spec, False)})")
-            parts.append(r"\n\n" + re.escape(_CHAT_MARK))
+            parts.append(r"\n\n?" + re.escape(_CHAT_MARK))
             return "".join(parts)
         ws = r"[ \t\n]{0,2}"
         parts = [r"\{" + ws]

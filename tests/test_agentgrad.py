@@ -1,0 +1,313 @@
+"""Behaviour of the AgentGrad optimizer on the deterministic fake world (tests/world.py)."""
+
+from __future__ import annotations
+
+import json
+
+import dspy
+import pytest
+
+from dspy_agentgrad import AgentGrad, MetricError, auto_budget, default_hint
+from world import Pipeline, World, dumps, feedback_metric, instructions, make_data, metric, world_lm
+
+FAST = dict(retry_backoff_s=0, progress=False)
+
+
+def optimizer(metric_fn=feedback_metric, **kwargs) -> AgentGrad:
+    options = {"auto": None, "max_rounds": 3, **FAST, **kwargs}
+    return AgentGrad(metric_fn, **options)
+
+
+@pytest.fixture
+def world():
+    w = World()
+    dspy.configure(lm=world_lm(w))
+    return w
+
+
+def counted(metric_fn):
+    calls = []
+
+    def wrapped(gold, pred, trace=None, pred_name=None, pred_trace=None):
+        calls.append(1)
+        return metric_fn(gold, pred, trace, pred_name, pred_trace)
+
+    return wrapped, calls
+
+
+# ---- steps 1-2: attribution ---------------------------------------------------------------------
+
+def test_blame_goes_to_the_faulty_predictor_in_call_order(world):
+    program = Pipeline()
+    assert [n for n, _ in program.named_predictors()] == ["answer", "extract", "notes"]
+    examples = make_data({"extract": 2, "notes": 2, "answer": 1, "none": 2})
+    report = optimizer().attribute(program, examples)
+    assert report.order == ["extract", "notes", "answer"]
+    blamed = {name: sorted(r.example.question for r in recs) for name, recs in report.attributed.items()}
+    assert blamed == {
+        "extract": ["id0 kind=extract", "id1 kind=extract"],
+        "notes": ["id2 kind=notes", "id3 kind=notes"],
+        "answer": ["id4 kind=answer"],
+    }
+    assert len(report.passed) == 2 and report.hard_cases == []
+    notes_record = report.attributed["notes"][0]
+    assert notes_record.original == {"notes": "no answer found"}
+    assert notes_record.corrected == {"notes": "the answer is ans-id2"}
+    assert "passages" in notes_record.inputs
+
+
+def test_failure_fixable_at_two_predictors_goes_to_the_later_one(world):
+    report = optimizer().attribute(Pipeline(), make_data({"either": 2}))
+    assert len(report.attributed["answer"]) == 2
+    assert report.attributed["notes"] == []
+
+
+def test_upstream_predictors_replay_and_only_the_target_and_later_run_live(world):
+    optimizer().attribute(Pipeline(), make_data({"notes": 1}))
+    # original run: 1 call each; hint at answer: answer live; hint at notes: notes and answer live
+    assert (world.calls["extract"], world.calls["notes"], world.calls["answer"]) == (1, 2, 3)
+
+
+def test_hard_cases_are_left_out_of_the_round(world):
+    train = make_data({"extract+notes": 2, "extract": 2})
+    val = make_data({"extract": 2, "none": 2}, start=50)
+    result = optimizer(max_rounds=1, cluster_schedule=(1,)).compile(Pipeline(), trainset=train, valset=val).detailed_results
+    assert result.rounds[0].hard_cases == 2
+    assert result.rounds[0].attributed == {"extract": 2, "notes": 0, "answer": 0}
+    assert [c.cluster_size for c in result.candidates] == [2]
+
+
+def test_default_hint_cannot_pin_every_failure_on_the_last_predictor():
+    leaky = World(leaky_answer=True)
+    dspy.configure(lm=world_lm(leaky))
+    examples = make_data({"extract": 2, "notes": 1})
+    guarded = optimizer().attribute(Pipeline(), examples)
+    assert guarded.counts() == {"extract": 2, "notes": 1, "answer": 0}
+    assert guarded.leaked == 3
+    trapped = optimizer(leak_check=False).attribute(Pipeline(), examples)
+    assert trapped.counts() == {"extract": 0, "notes": 0, "answer": 3}
+
+
+def test_default_hint_carries_labels_and_feedback():
+    example = make_data({"notes": 1})[0]
+    hint = default_hint(example, "notes", dspy.Prediction(answer="x"), "expected ans-id0")
+    assert "ans-id0" in hint and "expected ans-id0" in hint
+    assert default_hint(dspy.Example(q="x").with_inputs("q"), "p", None, "") is None
+
+
+# ---- step 5: updates and acceptance -------------------------------------------------------------
+
+def test_rewrite_that_wins_its_cluster_but_loses_validation_is_rejected():
+    world = World(overfit=("extract",))
+    dspy.configure(lm=world_lm(world))
+    train = make_data({"extract": 2, "notes": 2})
+    val = make_data({"extract": 1, "notes": 1, "none": 4}, start=50)
+    result = optimizer(max_rounds=1, cluster_schedule=(1,)).compile(Pipeline(), trainset=train, valset=val).detailed_results
+    by_predictor = {c.predictor: c for c in result.candidates}
+    extract, notes = by_predictor["extract"], by_predictor["notes"]
+    assert (extract.cluster_score_before, extract.cluster_score_after) == (0.0, 1.0)
+    assert extract.val_score < result.initial_val_score and not extract.accepted
+    assert extract.reason == "no gain on validation"
+    assert notes.accepted and notes.val_score > result.initial_val_score
+    assert "FIX-extract" not in result.final_instructions["extract"]
+    assert "FIX-notes" in result.final_instructions["notes"]
+
+
+def test_clusters_are_applied_largest_first(world):
+    train = make_data({"answer": 1, "notes": 2, "extract": 3})
+    val = make_data({"none": 2, "answer": 1}, start=50)
+    result = optimizer(max_rounds=1, cluster_schedule=(1,)).compile(Pipeline(), trainset=train, valset=val).detailed_results
+    assert [(c.predictor, c.cluster_size) for c in result.candidates] == [("extract", 3), ("notes", 2), ("answer", 1)]
+
+
+def test_cyclic_schedule_changes_minimum_cluster_size_and_small_clusters_wait(world):
+    train = make_data({"extract": 3, "notes": 2, "answer": 1})
+    val = make_data({"extract": 1, "notes": 1, "answer": 1, "none": 1}, start=50)
+    result = optimizer(max_rounds=3, cluster_schedule=(3, 2, 1)).compile(Pipeline(), trainset=train, valset=val).detailed_results
+    assert [r.min_cluster_size for r in result.rounds] == [3, 2, 1]
+    first = result.rounds[0]
+    assert first.clusters == 1 and first.waiting == 3
+    assert [c.predictor for c in result.candidates if c.round == 0] == ["extract"]
+    assert [c.predictor for c in result.candidates if c.round == 1] == ["notes"]
+    assert [c.predictor for c in result.candidates if c.round == 2] == ["answer"]
+    assert result.best_val_score == 1.0
+
+
+# ---- budget, threads, copies, persistence --------------------------------------------------------
+
+@pytest.mark.parametrize("cap", [3, 9, 20, 33, 47])
+def test_budget_is_never_exceeded(world, cap):
+    metric_fn, calls = counted(feedback_metric)
+    train = make_data({"extract": 3, "notes": 2, "answer": 1, "none": 2})
+    val = make_data({"extract": 1, "notes": 1, "none": 2}, start=50)
+    result = optimizer(metric_fn, max_rounds=None, max_metric_calls=cap).compile(
+        Pipeline(), trainset=train, valset=val).detailed_results
+    assert len(calls) <= cap
+    assert result.metric_calls == len(calls)
+    assert result.max_metric_calls == cap
+
+
+def test_auto_preset_budget_is_documented_and_respected(world):
+    train = make_data({"extract": 3, "none": 3})
+    val = make_data({"extract": 1, "none": 1}, start=50)
+    metric_fn, calls = counted(feedback_metric)
+    result = AgentGrad(metric_fn, auto="light", **FAST).compile(Pipeline(), trainset=train, valset=val).detailed_results
+    assert result.max_metric_calls == auto_budget("light", 3, 6, 2) == 2 + 4 * (6 * 6 + 4)
+    assert len(calls) == result.metric_calls <= result.max_metric_calls
+    assert auto_budget("light", 3, 100, 50) == 834
+
+
+def _comparable(result) -> str:
+    data = result.to_dict()
+    for key in ("wall_time_s", "options"):
+        data.pop(key)
+    return dumps(data)
+
+
+def test_results_are_identical_with_1_and_4_threads():
+    runs = []
+    for threads in (1, 4):
+        dspy.configure(lm=world_lm(World()))
+        train = make_data({"extract": 3, "notes": 2, "answer": 2, "either": 1, "none": 4})
+        val = make_data({"extract": 2, "notes": 1, "answer": 1, "none": 3}, start=50)
+        compiled = optimizer(num_threads=threads, max_rounds=3, train_batch_size=6).compile(Pipeline(), trainset=train, valset=val)
+        runs.append(_comparable(compiled.detailed_results))
+    assert runs[0] == runs[1]
+
+
+def test_input_program_is_not_mutated_and_result_is_a_new_program(world):
+    program = Pipeline()
+    before = instructions(program)
+    compiled = optimizer().compile(program, trainset=make_data({"extract": 2, "notes": 2}),
+                                   valset=make_data({"extract": 1, "notes": 1}, start=50))
+    assert instructions(program) == before
+    assert all("forward" not in vars(p) for _, p in program.named_predictors())
+    assert not hasattr(program, "detailed_results")
+    assert compiled is not program and instructions(compiled) != before
+    assert all("forward" not in vars(p) for _, p in compiled.named_predictors())
+
+
+def test_compiled_program_saves_and_loads(world, tmp_path):
+    compiled = optimizer().compile(Pipeline(), trainset=make_data({"extract": 2, "notes": 2}),
+                                   valset=make_data({"extract": 1, "notes": 1}, start=50))
+    path = tmp_path / "program.json"
+    compiled.save(str(path))
+    loaded = Pipeline()
+    loaded.load(str(path))
+    assert instructions(loaded) == instructions(compiled)
+    assert loaded(question="id7 kind=extract").answer == "ans-id7"
+
+
+def test_end_to_end_compile_raises_the_score_to_the_maximum(world, tmp_path):
+    train = make_data({"extract": 3, "notes": 2, "answer": 2, "either": 1, "none": 2})
+    val = make_data({"extract": 2, "notes": 2, "answer": 1, "none": 2}, start=50)
+    test = make_data({"extract": 2, "notes": 2, "answer": 2, "either": 1, "none": 1}, start=100)
+    baseline = dspy.Evaluate(devset=test, metric=metric, display_progress=False)(Pipeline()).score
+    compiled = optimizer(max_rounds=4, log_dir=tmp_path).compile(Pipeline(), trainset=train, valset=val)
+    result = compiled.detailed_results
+    assert result.initial_val_score < 0.5 and result.best_val_score == 1.0
+    assert baseline < 50 and dspy.Evaluate(devset=test, metric=metric, display_progress=False)(compiled).score == 100.0
+    saved = json.loads((tmp_path / "result.json").read_text())
+    assert saved["best_val_score"] == 1.0 and saved["accepted"] if "accepted" in saved else True
+    assert (tmp_path / "result.md").read_text().startswith("# AgentGrad run")
+    assert set(result.usage["by_phase"]) >= {"evaluate", "intervene", "minibatch", "validate", "gradient", "abstract", "rewrite"}
+    assert result.usage["task"]["calls"] > 0 and result.usage["prompt"]["calls"] > 0
+    assert result.usage["prompt"]["prompt_tokens"] > 0
+
+
+def test_validation_results_are_reused_not_recomputed(world):
+    metric_fn, calls = counted(feedback_metric)
+    val = make_data({"none": 4}, start=50)
+    opt = optimizer(metric_fn, max_rounds=2)
+    result = opt.compile(Pipeline(), trainset=make_data({"none": 3}), valset=val).detailed_results
+    # nothing fails: one validation pass and one training pass, nothing evaluated twice
+    assert result.stop_reason == "no failures left on the training set"
+    assert len(calls) == result.metric_calls == 7
+
+
+# ---- faults --------------------------------------------------------------------------------------
+
+def test_lm_errors_score_as_failures_and_are_counted(world):
+    train = make_data({"boom": 2, "extract": 2})
+    val = make_data({"boom": 1, "extract": 1, "none": 2}, start=50)
+    result = optimizer(max_rounds=1, cluster_schedule=(1,)).compile(Pipeline(), trainset=train, valset=val).detailed_results
+    assert result.initial_val_score == 0.5
+    assert result.program_errors["error"] >= 3
+    assert result.best_val_score == 0.75  # the crashing examples never count as solved
+    assert result.rounds[0].hard_cases == 2
+
+
+def test_failing_aggregator_falls_back_to_tfidf_and_the_run_goes_on():
+    world = World(garbage_roles=True)
+    dspy.configure(lm=world_lm(world))
+    result = optimizer(max_rounds=1, cluster_schedule=(1,)).compile(
+        Pipeline(), trainset=make_data({"extract": 2, "notes": 2}), valset=make_data({"extract": 1, "notes": 1}, start=50)
+    ).detailed_results
+    assert result.prompt_role_failures["abstract"] >= 1
+    assert result.best_val_score == 1.0
+
+
+# ---- ablations -----------------------------------------------------------------------------------
+
+def test_ablation_switches_change_the_algorithm(world):
+    train = make_data({"extract": 2, "notes": 2})
+    val = make_data({"extract": 1, "notes": 1}, start=50)
+    no_target = optimizer(max_rounds=1, target_identification=False).compile(Pipeline(), trainset=train, valset=val).detailed_results
+    # round-robin: round 0 blames the first predictor in execution order for every failure
+    assert no_target.rounds[0].attributed == {"extract": 4, "notes": 0, "answer": 0}
+    before = world.calls["abstract"]
+    optimizer(max_rounds=1, semantic_abstraction=False).compile(Pipeline(), trainset=train, valset=val)
+    assert world.calls["abstract"] == before
+    system = optimizer(max_rounds=2, agent_supervision=False).compile(Pipeline(), trainset=train, valset=val).detailed_results
+    assert system.best_val_score == 1.0
+
+
+# ---- input checks --------------------------------------------------------------------------------
+
+class NoPredictors(dspy.Module):
+    def forward(self, question):
+        return dspy.Prediction(answer=question)
+
+
+def test_bad_inputs_get_clear_errors(world):
+    train = make_data({"extract": 2})
+    with pytest.raises(ValueError, match="trainset is empty"):
+        optimizer().compile(Pipeline(), trainset=[])
+    with pytest.raises(ValueError, match="no predictors"):
+        optimizer().compile(NoPredictors(), trainset=train)
+    with pytest.raises(ValueError, match="auto must be one of"):
+        AgentGrad(metric, auto="fast")
+    with pytest.raises(ValueError, match="pass auto=None"):
+        AgentGrad(metric, auto="light", max_metric_calls=100)
+    with pytest.raises(ValueError, match="no budget"):
+        AgentGrad(metric, auto=None)
+    with pytest.raises(ValueError, match="num_threads"):
+        AgentGrad(metric, num_threads=0)
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        AgentGrad(metric, max_calls=5)
+    with pytest.raises(TypeError, match="unknown options"):
+        optimizer().compile(Pipeline(), trainset=train, bogus=1)
+    with pytest.raises(ValueError, match="with_inputs"):
+        optimizer().compile(Pipeline(), trainset=[dspy.Example(question="q", answer="a")])
+    with pytest.raises(MetricError, match="must return a number"):
+        optimizer(lambda e, p, t=None: "good").compile(Pipeline(), trainset=train, valset=train)
+    with pytest.raises(TypeError, match="metric must be callable"):
+        AgentGrad("exact_match")
+
+
+def test_plain_gepa_and_dict_metrics_are_accepted(world):
+    train, val = make_data({"extract": 2}), make_data({"extract": 1, "none": 1}, start=50)
+    for metric_fn in (metric, feedback_metric, lambda e, p, t=None: {"score": metric(e, p), "feedback": "x"}):
+        result = optimizer(metric_fn, max_rounds=1, cluster_schedule=(1,)).compile(Pipeline(), trainset=train, valset=val).detailed_results
+        assert (result.initial_val_score, result.best_val_score) == (0.5, 1.0)
+
+
+def test_get_params_lists_the_options():
+    params = AgentGrad(metric, auto="medium", seed=3).get_params()
+    assert params["auto"] == "medium" and params["seed"] == 3 and params["metric"] is metric
+
+
+def test_valset_is_split_from_trainset_when_missing(world):
+    train = make_data({"extract": 3, "none": 3})
+    result = optimizer(max_rounds=1).compile(Pipeline(), trainset=train).detailed_results
+    assert result.metric_calls >= 2 and result.initial_val_score is not None
