@@ -93,8 +93,10 @@ class Evaluator:
                 outcome = thunk()
                 self.memo.put(key, outcome.to_dict())
             self.ledger.add("task", phase, outcome.usage)
-            if outcome.error:
-                with self._lock:
+            with self._lock:
+                if outcome.attempts > 1:
+                    self.errors["retries"] += outcome.attempts - 1
+                if outcome.error:
                     self.errors[outcome.error.split(":")[0]] += 1
                     self.errors[outcome.error] += 1
             return outcome

@@ -10,6 +10,7 @@ hint fixes it, what the optimizer's own LM roles reply.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import threading
@@ -17,7 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import dspy
-from dspy.lm15 import Message, Response, TextPart, Usage
+from dspy.lm15 import Message, RateLimitError, Response, TextPart, Usage
+from dspy.lm15 import TimeoutError as LMTimeout
 
 _FIELD_HEADER = re.compile(r"\[\[ ## (\w+) ## \]\]")
 _OBJECTIVE = "In adhering to this structure, your objective is:"
@@ -74,6 +76,16 @@ def _format(value: Any) -> str:
     return json.dumps(value)
 
 
+def _response(text: str, prompt_tokens: int, completion_tokens: int) -> Response:
+    return Response(
+        id=None,
+        model="fake",
+        message=Message.assistant([TextPart(text)]),
+        finish_reason="stop",
+        usage=Usage(input_tokens=prompt_tokens, output_tokens=completion_tokens, total_tokens=prompt_tokens + completion_tokens),
+    )
+
+
 class RuleEngine:
     """A DSPy 3.4 engine whose replies come from ``rule(call)``.
 
@@ -103,15 +115,7 @@ class RuleEngine:
             text = "".join(f"[[ ## {name} ## ]]\n{_format(reply.get(name, ''))}\n\n" for name in fields)
             text += "[[ ## completed ## ]]"
         prompt_tokens = len((system or "").split()) + len((user or "").split())
-        completion_tokens = len(text.split())
-        return Response(
-            id=None,
-            model="fake",
-            message=Message.assistant([TextPart(text)]),
-            finish_reason="stop",
-            usage=Usage(input_tokens=prompt_tokens, output_tokens=completion_tokens,
-                        total_tokens=prompt_tokens + completion_tokens),
-        )
+        return _response(text, prompt_tokens, len(text.split()))
 
     def stream(self, request):
         raise NotImplementedError("RuleEngine does not stream")
@@ -120,6 +124,43 @@ class RuleEngine:
         pass
 
 
-def fake_lm(rule: Rule, name: str = "fake/rules") -> dspy.LM:
-    """A ``dspy.LM`` backed by :class:`RuleEngine`, with DSPy's cache off."""
-    return dspy.LM(name, engine=RuleEngine(rule), cache=False, num_retries=0)
+def fake_lm(rule: "Rule | RuleEngine", name: str = "fake/rules") -> dspy.LM:
+    """A ``dspy.LM`` answering with ``rule`` (or a ready engine), with DSPy's cache and retries off."""
+    engine = rule if isinstance(rule, RuleEngine) else RuleEngine(rule)
+    return dspy.LM(name, engine=engine, cache=False, num_retries=0)
+
+
+class FaultyEngine(RuleEngine):
+    """A :class:`RuleEngine` that fails on a chosen fraction of calls, for fault-injection tests.
+
+    A prompt is faulty when a hash of its text (and ``seed``) falls under ``rate``;
+    it fails the first ``failures_per_prompt`` times it is sent and succeeds after,
+    the way a rate limit or a flaky connection behaves. ``kind`` is
+    ``"rate_limit"``, ``"timeout"`` or ``"garbage"`` (a reply with no fields).
+    """
+
+    KINDS = ("rate_limit", "timeout", "garbage")
+
+    def __init__(self, rule: Rule, rate: float, kind: str, seed: int = 0, failures_per_prompt: int = 1):
+        if kind not in self.KINDS:
+            raise ValueError(f"kind must be one of {self.KINDS}; got {kind!r}")
+        super().__init__(rule)
+        self.rate, self.kind, self.seed, self.failures_per_prompt = rate, kind, seed, failures_per_prompt
+        self.faults = 0
+        self._sent: dict[str, int] = {}
+
+    def complete(self, request) -> Response:
+        text = json.dumps([str(request.system), [m.text for m in request.messages]])
+        key = hashlib.sha256(f"{self.seed}:{text}".encode()).hexdigest()
+        with self._lock:
+            sent = self._sent.get(key, 0)
+            self._sent[key] = sent + 1
+            faulty = int(key[:8], 16) / 0xFFFFFFFF < self.rate and sent < self.failures_per_prompt
+            self.faults += faulty
+        if not faulty:
+            return super().complete(request)
+        if self.kind == "rate_limit":
+            raise RateLimitError("injected rate limit")
+        if self.kind == "timeout":
+            raise LMTimeout("injected timeout")
+        return _response("this reply has no fields at all", 0, 7)

@@ -138,6 +138,99 @@ def _default_threads() -> int:
     return max(1, min(os.cpu_count() or 1, 4))
 
 
+class _GrammarFirst:
+    """A llama.cpp sampler that checks the grammar on the greedy token first.
+
+    llama-cpp-python applies a grammar to every candidate token at every step;
+    with Gemma 3's 262k-token vocabulary that made constrained generation ~4x
+    slower than free generation. At temperature 0 only the argmax matters, so
+    (as llama.cpp's own common sampler does) this checks the argmax alone and
+    masks the whole vocabulary only when the argmax is rejected. Output is
+    identical to full masking.
+    """
+
+    def __init__(self, vocab: Any, grammar_text: str, root: str = "root"):
+        import ctypes
+
+        import llama_cpp
+
+        self._lib = llama_cpp
+        self._ctypes = ctypes
+        self.grammar = llama_cpp.llama_sampler_init_grammar(vocab, grammar_text.encode("utf-8"), root.encode("utf-8"))
+        if not self.grammar:
+            raise ValueError("llama.cpp could not parse the output grammar")
+
+        def apply(_smpl, cur_p):
+            self._apply(cur_p)
+
+        def accept(_smpl, token):
+            llama_cpp.llama_sampler_accept(self.grammar, token)
+
+        def reset(_smpl):
+            llama_cpp.llama_sampler_reset(self.grammar)
+
+        iface = llama_cpp.llama_sampler_i()
+        self._callbacks = (llama_cpp.llama_sampler_i_apply(apply), llama_cpp.llama_sampler_i_accept(accept),
+                           llama_cpp.llama_sampler_i_reset(reset))
+        iface.apply, iface.accept, iface.reset = self._callbacks
+        iface.name = llama_cpp.llama_sampler_i_name(0)
+        iface.clone = llama_cpp.llama_sampler_i_clone(0)
+        iface.free = llama_cpp.llama_sampler_i_free(0)
+        self._iface = iface
+        self.sampler = llama_cpp.llama_sampler()
+        self.sampler.iface = ctypes.pointer(iface)
+        self.sampler.ctx = None
+
+    def _apply(self, cur_p: Any) -> None:
+        import numpy as np
+
+        lib, ctypes = self._lib, self._ctypes
+        arr = cur_p.contents
+        data = np.ctypeslib.as_array(arr.data, shape=(arr.size,))
+        token = int(data["id"][int(np.argmax(data["logit"]))])
+        one = (lib.llama_token_data * 1)(lib.llama_token_data(token, 0.0, 0.0))
+        probe = lib.llama_token_data_array(one, 1, -1, False)
+        lib.llama_sampler_apply(self.grammar, ctypes.byref(probe))
+        if one[0].logit == float("-inf"):
+            lib.llama_sampler_apply(self.grammar, cur_p)
+
+    def get_sampler(self) -> Any:
+        return self._ctypes.pointer(self.sampler)
+
+    def __del__(self) -> None:
+        if getattr(self, "grammar", None):
+            self._lib.llama_sampler_free(self.grammar)
+            self.grammar = None
+
+
+def _llama_class() -> type:
+    """``llama_cpp.Llama`` with the grammar-first sampler for greedy constrained decoding."""
+    from llama_cpp import Llama, llama_cpp as lib
+    from llama_cpp import _internals
+
+    class FastGrammarLlama(Llama):
+        def _init_sampler(self, *args: Any, **kwargs: Any):
+            grammar = kwargs.get("grammar")
+            if grammar is None or kwargs.get("temp", 0.8) != 0.0 or kwargs.get("logits_processor") is not None:
+                return super()._init_sampler(*args, **kwargs)
+            sampler = _internals.LlamaSampler()
+            sampler.add_penalties(
+                n_vocab=self._n_vocab,
+                penalty_last_n=self.last_n_tokens_size,
+                penalty_repeat=kwargs.get("repeat_penalty", 1.0),
+                penalty_freq=kwargs.get("frequency_penalty", 0.0),
+                penalty_present=kwargs.get("presence_penalty", 0.0),
+            )
+            custom = _GrammarFirst(self._model.vocab, grammar._grammar, grammar._root)
+            lib.llama_sampler_chain_add(sampler.sampler, custom.get_sampler())
+            # llama-cpp-python removes custom samplers from the chain before freeing it
+            sampler.custom_samplers.append((lib.llama_sampler_chain_n(sampler.sampler) - 1, custom))
+            sampler.add_greedy()
+            return sampler
+
+    return FastGrammarLlama
+
+
 class _Loaded:
     """One llama.cpp model+context and the lock that serializes its use."""
 
@@ -171,8 +264,6 @@ def _load(path: str, settings: dict[str, Any], chat_template: tuple[str, str, st
     with _LOAD_LOCK:
         loaded = _LOADED.get(key)
         if loaded is None:
-            from llama_cpp import Llama
-
             _quiet_llama_logs()
             extra: dict[str, Any] = {}
             if chat_template is not None:
@@ -181,7 +272,7 @@ def _load(path: str, settings: dict[str, Any], chat_template: tuple[str, str, st
                 template, bos, eos = chat_template
                 extra["chat_handler"] = Jinja2ChatFormatter(template, eos_token=eos, bos_token=bos).to_chat_handler()
             start = time.perf_counter()
-            llama = Llama(model_path=path, verbose=False, **settings, **extra)
+            llama = _llama_class()(model_path=path, verbose=False, **settings, **extra)
             loaded = _LOADED[key] = _Loaded(llama, time.perf_counter() - start)
         return loaded
 

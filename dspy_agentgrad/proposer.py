@@ -67,11 +67,11 @@ class Proposer:
             self.memo.put(key, record)
         self.ledger.add("prompt", role, record["usage"])
         self.budget.add_prompt_tokens(record["usage"]["prompt_tokens"] + record["usage"]["completion_tokens"])
-        if record["outputs"] is None:
-            with self._lock:
+        with self._lock:
+            if record["outputs"] is None:
                 self.failures[role] += 1
-                for kind in record.get("errors", []):
-                    self.failures[f"{role}:{kind}"] += 1
+            for kind in record.get("errors", []):
+                self.failures[f"{role}:{kind}"] += 1
         with self._lock:
             self._seen[key] = record["outputs"]
         return record["outputs"]

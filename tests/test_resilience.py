@@ -1,0 +1,170 @@
+"""Long runs that survive: kill and resume, LM faults, interruption, budget caps, mismatched resumes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import dspy
+import pytest
+
+from dspy_agentgrad import AgentGrad, RunMismatch
+from dspy_agentgrad.fake_lm import FaultyEngine, fake_lm
+from world import Pipeline, World, feedback_metric, make_data, world_lm
+
+JOB = Path(__file__).parent / "resume_job.py"
+FAST = dict(auto=None, retry_backoff_s=0, progress=False)
+
+
+def run_job(log_dir: Path, out: Path, ledger: Path, **env) -> int:
+    environment = {**os.environ, "LEDGER": str(ledger), **env}
+    return subprocess.run([sys.executable, str(JOB), str(log_dir), str(out)], env=environment, timeout=300).returncode
+
+
+def decisions(result: dict) -> dict:
+    keep = ("candidates", "rounds", "final_instructions", "best_val_score", "metric_calls", "val_history")
+    return {k: result[k] for k in keep}
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    base = tmp_path_factory.mktemp("uninterrupted")
+    assert run_job(base / "log", base / "out.json", base / "ledger") == 0
+    result = json.loads((base / "out.json").read_text())
+    assert result["candidates"] and result["best_val_score"] > result["initial_val_score"]
+    return result, len((base / "ledger").read_text().splitlines())
+
+
+@pytest.mark.parametrize("kill_at", ["metric:5", "metric:40", "gradient:1", "rewrite:2", "abstract:2"])
+def test_killed_run_resumes_to_the_same_result_without_paying_twice(tmp_path, uninterrupted, kill_at):
+    expected, expected_calls = uninterrupted
+    log, out, ledger = tmp_path / "log", tmp_path / "out.json", tmp_path / "ledger"
+    assert run_job(log, out, ledger, KILL_AT=kill_at) == -9  # SIGKILL
+    assert not out.exists()
+    json.loads((log / "run.json").read_text())  # atomic writes: whole files after a kill
+    if (log / "state.json").exists():
+        json.loads((log / "state.json").read_text())
+    assert run_job(log, out, ledger) == 0
+    resumed = json.loads(out.read_text())
+    assert resumed["resumed"] is True
+    assert decisions(resumed) == decisions(expected)
+    # the metric call running when the kill came is the only one paid twice
+    assert len(ledger.read_text().splitlines()) <= expected_calls + 1
+
+
+def test_resume_with_threads_reaches_the_same_result(tmp_path, uninterrupted):
+    expected, _ = uninterrupted
+    log, out, ledger = tmp_path / "log", tmp_path / "out.json", tmp_path / "ledger"
+    assert run_job(log, out, ledger, KILL_AT="metric:30", THREADS="3") == -9
+    assert run_job(log, out, ledger, THREADS="3") == 0
+    assert decisions(json.loads(out.read_text())) == decisions(expected)
+
+
+def test_resume_with_other_data_or_options_is_refused(tmp_path):
+    dspy.configure(lm=world_lm(World()))
+    train, val = make_data({"extract": 2}), make_data({"extract": 1, "none": 1}, start=50)
+    AgentGrad(feedback_metric, max_rounds=1, log_dir=tmp_path, **FAST).compile(Pipeline(), trainset=train, valset=val)
+    with pytest.raises(RunMismatch, match="trainset"):
+        AgentGrad(feedback_metric, max_rounds=1, log_dir=tmp_path, **FAST).compile(
+            Pipeline(), trainset=make_data({"notes": 2}), valset=val)
+    with pytest.raises(RunMismatch, match="options"):
+        AgentGrad(feedback_metric, max_rounds=1, seed=7, log_dir=tmp_path, **FAST).compile(Pipeline(), trainset=train, valset=val)
+
+
+def test_torn_memo_line_is_dropped_on_resume(tmp_path):
+    dspy.configure(lm=world_lm(World()))
+    train, val = make_data({"extract": 2, "notes": 2}), make_data({"extract": 1, "none": 1}, start=50)
+    first = AgentGrad(feedback_metric, max_rounds=2, log_dir=tmp_path, **FAST).compile(Pipeline(), trainset=train, valset=val)
+    with open(tmp_path / "memo.jsonl", "a") as handle:
+        handle.write('{"key": "eval:cut-short", "val')
+    again = AgentGrad(feedback_metric, max_rounds=2, log_dir=tmp_path, **FAST).compile(Pipeline(), trainset=train, valset=val)
+    assert again.detailed_results.final_instructions == first.detailed_results.final_instructions
+    assert again.detailed_results.usage["task"] == first.detailed_results.usage["task"]
+    lines = (tmp_path / "memo.jsonl").read_text().splitlines()
+    assert all(json.loads(line) for line in lines)
+
+
+# ---- LM faults -----------------------------------------------------------------------------------
+
+def _compile_with(engine, threads: int = 1, retry_attempts: int = 3):
+    dspy.configure(lm=fake_lm(engine))
+    train = make_data({"extract": 3, "notes": 2, "answer": 2, "either": 1, "none": 2})
+    val = make_data({"extract": 2, "notes": 2, "answer": 1, "none": 2}, start=50)
+    return AgentGrad(feedback_metric, max_rounds=3, cluster_schedule=(1,), num_threads=threads,
+                     retry_attempts=retry_attempts, **FAST).compile(
+        Pipeline(), trainset=train, valset=val).detailed_results
+
+
+@pytest.fixture(scope="module")
+def fault_free():
+    from dspy_agentgrad.fake_lm import RuleEngine
+
+    return _compile_with(RuleEngine(World()))
+
+
+@pytest.mark.parametrize("kind", ["rate_limit", "timeout"])
+@pytest.mark.parametrize("rate", [0.1, 0.5])
+def test_transient_faults_are_retried_counted_and_change_nothing(fault_free, kind, rate):
+    engine = FaultyEngine(World(), rate=rate, kind=kind, seed=3)
+    result = _compile_with(engine, threads=2, retry_attempts=5)  # a run makes 3 LM calls: 5 attempts always recover
+    assert engine.faults > 0
+    assert result.program_errors.get("retries", 0) + sum(
+        v for k, v in result.prompt_role_failures.items() if "transient" in k) == engine.faults
+    assert result.final_instructions == fault_free.final_instructions
+    assert [(c.predictor, c.accepted) for c in result.candidates] == [(c.predictor, c.accepted) for c in fault_free.candidates]
+    assert result.best_val_score == fault_free.best_val_score
+    assert result.program_errors.get("transient", 0) == 0  # every fault recovered on retry
+
+
+@pytest.mark.parametrize("rate", [0.1, 0.5])
+def test_garbage_replies_are_counted_and_never_scored_as_success(rate):
+    engine = FaultyEngine(World(), rate=rate, kind="garbage", seed=5, failures_per_prompt=10)
+    result = _compile_with(engine)
+    assert engine.faults > 0
+    assert result.program_errors.get("parse", 0) > 0 or any("parse" in k for k in result.prompt_role_failures)
+    assert 0.0 <= result.best_val_score <= 1.0 and result.stop_reason
+
+
+def test_lasting_outage_scores_failures_and_the_run_ends_cleanly():
+    engine = FaultyEngine(World(), rate=1.0, kind="rate_limit", failures_per_prompt=100)
+    result = _compile_with(engine)
+    assert result.initial_val_score == 0.0 == result.best_val_score
+    assert result.program_errors["transient"] > 0
+    assert not result.accepted
+
+
+# ---- interruption and caps ------------------------------------------------------------------------
+
+def test_ctrl_c_returns_the_best_program_so_far_and_keeps_results(tmp_path):
+    dspy.configure(lm=world_lm(World()))
+    calls = []
+
+    def metric(gold, pred, trace=None, pred_name=None, pred_trace=None):
+        calls.append(1)
+        if len(calls) == 60:
+            raise KeyboardInterrupt
+        return feedback_metric(gold, pred)
+
+    train = make_data({"extract": 3, "notes": 2, "answer": 2, "none": 2})
+    val = make_data({"extract": 2, "notes": 2, "answer": 1, "none": 2}, start=50)
+    compiled = AgentGrad(metric, max_rounds=5, cluster_schedule=(1,), log_dir=tmp_path, **FAST).compile(
+        Pipeline(), trainset=train, valset=val)
+    result = compiled.detailed_results
+    assert result.interrupted and "interrupted" in result.stop_reason
+    assert result.accepted and result.best_val_score > result.initial_val_score
+    assert compiled.answer.signature.instructions == result.final_instructions["answer"]
+    saved = json.loads((tmp_path / "result.json").read_text())
+    assert saved["interrupted"] is True and saved["best_val_score"] == result.best_val_score
+
+
+def test_prompt_token_cap_stops_cleanly():
+    dspy.configure(lm=world_lm(World()))
+    train = make_data({"extract": 3, "notes": 2, "answer": 2})
+    val = make_data({"extract": 1, "notes": 1, "none": 1}, start=50)
+    result = AgentGrad(feedback_metric, max_rounds=5, max_prompt_tokens=300, cluster_schedule=(1,), **FAST).compile(
+        Pipeline(), trainset=train, valset=val).detailed_results
+    assert "prompt-LM token budget" in result.stop_reason
+    assert result.usage["prompt"]["prompt_tokens"] + result.usage["prompt"]["completion_tokens"] < 300 + 2000
