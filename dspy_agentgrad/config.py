@@ -30,6 +30,7 @@ class AgentGradConfig:
     max_metric_calls: int | None = None
     max_rounds: int | None = None
     max_prompt_tokens: int | None = None
+    max_prompt_cost: float | None = None
     num_threads: int = 1
     seed: int = 0
     max_score: float = 1.0
@@ -63,6 +64,8 @@ class AgentGradConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be a positive integer; got {value!r}")
+        if self.max_prompt_cost is not None and (not isinstance(self.max_prompt_cost, (int, float)) or self.max_prompt_cost <= 0):
+            raise ValueError(f"max_prompt_cost must be a positive number of USD or None; got {self.max_prompt_cost!r}")
         if not isinstance(self.seed, int):
             raise ValueError(f"seed must be an integer; got {self.seed!r}")
         if not self.cluster_schedule or any(not isinstance(m, int) or m < 1 for m in self.cluster_schedule):

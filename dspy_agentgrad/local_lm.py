@@ -406,7 +406,8 @@ class LlamaCppEngine:
         finish = "length" if choice.get("finish_reason") == "length" else "stop"
         if plan is not None and not plan.matches(text):
             text = plan.repair(text)
-            self.repaired += 1
+            with self._grammar_lock:
+                self.repaired += 1
         usage = out.get("usage") or {}
         return Response(
             id=out.get("id"),

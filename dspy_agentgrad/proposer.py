@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from typing import Any
+from typing import Any, Callable
 
 import dspy
 
@@ -46,8 +46,10 @@ def numbered(texts: list[str]) -> str:
 
 
 class Proposer:
-    def __init__(self, prompt_model: Any, memo: Memo, budget: Budget, ledger: UsageLedger, retry: RetryPolicy):
+    def __init__(self, prompt_model: Any, memo: Memo, budget: Budget, ledger: UsageLedger, retry: RetryPolicy,
+                 price: Callable[[dict], float] | None = None):
         self.prompt_model = prompt_model
+        self.price = price
         self.memo = memo
         self.budget = budget
         self.ledger = ledger
@@ -66,7 +68,8 @@ class Proposer:
             record = self._ask(role, signature, inputs)
             self.memo.put(key, record)
         self.ledger.add("prompt", role, record["usage"])
-        self.budget.add_prompt_tokens(record["usage"]["prompt_tokens"] + record["usage"]["completion_tokens"])
+        usage = record["usage"]
+        self.budget.add_prompt_usage(usage["prompt_tokens"] + usage["completion_tokens"], self.price(usage) if self.price else 0.0)
         with self._lock:
             if record["outputs"] is None:
                 self.failures[role] += 1
@@ -77,7 +80,7 @@ class Proposer:
         return record["outputs"]
 
     def _ask(self, role: str, signature: type[dspy.Signature], inputs: dict[str, Any]) -> dict:
-        self.budget.check_prompt_tokens()
+        self.budget.check_prompt_caps()
         usage, errors = empty_usage(), []
         for attempt in range(1, self.retry.attempts + 1):
             try:

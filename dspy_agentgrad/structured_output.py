@@ -332,8 +332,8 @@ class OutputPlan:
         return "".join(parts)
 
     def matches(self, text: str) -> bool:
-        """True when ``text`` is a complete output the grammar admits."""
-        return re.fullmatch(self.regex(), text, flags=re.S) is not None
+        """True when ``text`` is a complete output the grammar admits (trailing whitespace aside)."""
+        return re.fullmatch(self.regex(), text.rstrip(), flags=re.S) is not None
 
     # ------------------------------------------------------------- repair
     def _default(self, spec: FieldSpec, json_mode: bool) -> str:
@@ -353,6 +353,8 @@ class OutputPlan:
             return text
         if self.format == "chat":
             values: dict[str, str] = {}
+            # Values never contain "[[", so a trailing "[[..." is a header cut short.
+            text = re.sub(r"\s*\[\[[^\n]*$", "", text.rstrip()) if not text.rstrip().endswith("]]") else text
             pieces = re.split(r"\[\[ ## (\w+) ## \]\]", text)
             for i in range(1, len(pieces) - 1, 2):
                 values.setdefault(pieces[i], pieces[i + 1].strip().rstrip("["))

@@ -19,6 +19,7 @@ from .evaluation import Evaluator
 from .hints import default_hint
 from .jsonable import digest, example_key
 from .metric import Metric
+from .pricing import price_function
 from .proposer import Proposer
 from .results import AgentGradResult, AttributionReport
 from .store import Memo, atomic_write_json, check_fingerprint
@@ -83,6 +84,7 @@ class AgentGrad(Teleprompter):
         track_stats: bool = True,
         max_score: float = 1.0,
         max_prompt_tokens: int | None = None,
+        max_prompt_cost: float | None = None,
         train_batch_size: int = 16,
         cluster_schedule: tuple[int, ...] = (3, 2, 1),
         clustering: str = "lm",
@@ -106,7 +108,7 @@ class AgentGrad(Teleprompter):
         self.progress = progress
         self.config = AgentGradConfig(
             auto=auto, max_metric_calls=max_metric_calls, max_rounds=max_rounds, max_prompt_tokens=max_prompt_tokens,
-            num_threads=num_threads if num_threads is not None else 1, seed=seed, max_score=max_score,
+            max_prompt_cost=max_prompt_cost, num_threads=num_threads if num_threads is not None else 1, seed=seed, max_score=max_score,
             train_batch_size=train_batch_size, cluster_schedule=tuple(cluster_schedule), clustering=clustering,
             target_identification=target_identification, agent_supervision=agent_supervision,
             semantic_abstraction=semantic_abstraction, leak_check=leak_check, retry_attempts=retry_attempts,
@@ -132,7 +134,8 @@ class AgentGrad(Teleprompter):
         retry = RetryPolicy(self.config.retry_attempts, self.config.retry_backoff_s)
         memo, ledger = Memo(log_dir), UsageLedger()
         evaluator = Evaluator(ProgramRunner(student, self._metric, task, retry), memo, budget, ledger, self.config.num_threads)
-        proposer = Proposer(prompt, memo, budget, ledger, retry)
+        price = price_function(prompt) if self.config.max_prompt_cost is not None else None
+        proposer = Proposer(prompt, memo, budget, ledger, retry, price)
         return evaluator, proposer, ledger
 
     def _engine(self, student, evaluator, proposer, trainset, valset, on_event=lambda phase: None) -> RoundEngine:
@@ -172,7 +175,7 @@ class AgentGrad(Teleprompter):
         if self.config.auto is not None:
             max_calls = auto_budget(self.config.auto, len(names), len(trainset), len(valset), self.config.train_batch_size)
             max_rounds = max_rounds or AUTO_ROUNDS[self.config.auto]
-        budget = Budget(max_calls, self.config.max_prompt_tokens)
+        budget = Budget(max_calls, self.config.max_prompt_tokens, self.config.max_prompt_cost)
         resumed = False
         if self.log_dir is not None:
             resumed = check_fingerprint(self.log_dir, {
@@ -196,7 +199,8 @@ class AgentGrad(Teleprompter):
                 final_instructions=dict(engine.instructions),
                 initial_instructions={n: p.signature.instructions for n, p in student.named_predictors()},
                 candidates=list(engine.candidates), rounds=list(engine.rounds), val_history=list(engine.val_history),
-                metric_calls=budget.metric_calls, max_metric_calls=max_calls, usage=ledger.to_dict(),
+                metric_calls=budget.metric_calls, max_metric_calls=max_calls,
+                usage={**ledger.to_dict(), **({"prompt_cost_usd": budget.prompt_cost} if budget.max_prompt_cost else {})},
                 program_errors=dict(evaluator.errors), prompt_role_failures=dict(proposer.failures),
                 wall_time_s=time.time() - started, stop_reason=stop_reason, interrupted=interrupted, resumed=resumed,
                 seed=self.config.seed, options={**self.config.fingerprint(), "max_rounds": max_rounds, "num_threads": self.config.num_threads},

@@ -168,3 +168,17 @@ def test_prompt_token_cap_stops_cleanly():
         Pipeline(), trainset=train, valset=val).detailed_results
     assert "prompt-LM token budget" in result.stop_reason
     assert result.usage["prompt"]["prompt_tokens"] + result.usage["prompt"]["completion_tokens"] < 300 + 2000
+
+
+def test_prompt_cost_cap_prices_tokens_with_litellm_and_stops_cleanly():
+    world = World()
+    dspy.configure(lm=world_lm(world))
+    priced = fake_lm(world, name="openai/gpt-4o-mini")  # litellm's bundled price table knows this model
+    train = make_data({"extract": 3, "notes": 2, "answer": 2})
+    val = make_data({"extract": 1, "notes": 1, "none": 1}, start=50)
+    result = AgentGrad(feedback_metric, prompt_model=priced, max_rounds=5, max_prompt_cost=0.0002, cluster_schedule=(1,),
+                       **FAST).compile(Pipeline(), trainset=train, valset=val).detailed_results
+    assert "prompt-LM cost budget" in result.stop_reason
+    assert 0.0002 <= result.usage["prompt_cost_usd"] < 0.001
+    with pytest.raises(ValueError, match="litellm has none"):
+        AgentGrad(feedback_metric, max_rounds=1, max_prompt_cost=1.0, **FAST).compile(Pipeline(), trainset=train, valset=val)
