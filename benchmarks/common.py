@@ -1,0 +1,226 @@
+"""Shared pieces of the benchmarks: data location, splits, text normalisation, BM25 search."""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import string
+import threading
+import unicodedata
+from pathlib import Path
+from typing import Sequence
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+#: Seeds of the fixed splits. A split only depends on (benchmark, seed, sizes).
+DEFAULT_SEED = 0
+
+
+def data_dir() -> Path:
+    """Where the offline benchmark data lives.
+
+    ``$AGENTGRAD_DATA_DIR`` when set, else ``<repo_root>/../shared/data`` (the
+    layout of the work tree and of CI, where ``shared/`` sits beside the clone).
+    """
+    env = os.environ.get("AGENTGRAD_DATA_DIR")
+    if env:
+        return Path(env).expanduser().resolve()
+    return (REPO_ROOT.parent / "shared" / "data").resolve()
+
+
+def cache_dir() -> Path:
+    """Where downloaded corpora are cached (``$AGENTGRAD_CACHE_DIR`` or ``~/.cache/agentgrad``)."""
+    env = os.environ.get("AGENTGRAD_CACHE_DIR")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "agentgrad"
+
+
+def data_file(*parts: str) -> Path:
+    path = data_dir().joinpath(*parts)
+    if not path.exists():
+        raise FileNotFoundError(
+            f"benchmark data file not found: {path}. Set AGENTGRAD_DATA_DIR to the folder that "
+            "holds hotpotqa/, hover/, ifbench/, ifeval/ (default: <repo_root>/../shared/data)."
+        )
+    return path
+
+
+def nltk_data_dir() -> Path:
+    return data_dir() / "nltk_data"
+
+
+def point_nltk_at_shared_data() -> Path:
+    """Make NLTK look in the shared ``nltk_data`` first (never downloads anything)."""
+    path = nltk_data_dir()
+    current = os.environ.get("NLTK_DATA", "")
+    if str(path) not in current.split(os.pathsep):
+        os.environ["NLTK_DATA"] = os.pathsep.join(p for p in (str(path), current) if p)
+    try:
+        import nltk
+
+        if str(path) not in nltk.data.path:
+            nltk.data.path.insert(0, str(path))
+    except ImportError:  # pragma: no cover - nltk is a bench dependency
+        pass
+    return path
+
+
+def split_examples(items: Sequence, sizes: Sequence[int], seed: int) -> list[list]:
+    """Shuffle ``items`` with ``random.Random(seed)`` and cut consecutive, disjoint slices.
+
+    Raises when the data cannot hold the requested sizes (no silent shrinking).
+    """
+    need = sum(sizes)
+    if need > len(items):
+        raise ValueError(f"split sizes {list(sizes)} need {need} examples, only {len(items)} available")
+    order = list(items)
+    random.Random(seed).shuffle(order)
+    out, start = [], 0
+    for size in sizes:
+        out.append(order[start:start + size])
+        start += size
+    return out
+
+
+def normalize_answer(text: str) -> str:
+    """SQuAD/HotpotQA answer normalisation: lowercase, drop punctuation, articles, extra spaces."""
+    text = unicodedata.normalize("NFD", str(text or ""))
+    text = text.lower()
+    text = "".join(ch for ch in text if ch not in set(string.punctuation))
+    text = re.sub(r"\b(a|an|the)\b", " ", text)
+    return " ".join(text.split())
+
+
+def normalize_title(title: str) -> str:
+    """Title comparison key: NFD unicode, lowercase, whitespace collapsed."""
+    return " ".join(unicodedata.normalize("NFD", str(title or "")).lower().split())
+
+
+def doc_title(doc: str) -> str:
+    """Title of a ``"title | text"`` passage."""
+    return doc.split(" | ", 1)[0].strip()
+
+
+class BM25Search:
+    """BM25 over ``"title | text"`` passages (bm25s, English stopwords, no stemmer needed).
+
+    ``search(query, k)`` returns the k best passages, best first. Thread-safe.
+    """
+
+    def __init__(self, corpus: Sequence[str], k1: float = 0.9, b: float = 0.4, index_dir: Path | None = None):
+        """Index ``corpus``; with ``index_dir``, load the index saved there (or build and save it)."""
+        import bm25s
+
+        if not corpus:
+            raise ValueError("BM25Search needs a non-empty corpus")
+        self.corpus = list(corpus)
+        self._bm25s = bm25s
+        self._stemmer = None  # no stemmer: same ranking whether or not PyStemmer is installed
+        self._lock = threading.Lock()
+        marker = None if index_dir is None else Path(index_dir) / "agentgrad_corpus_size.txt"
+        if marker is not None and marker.exists() and marker.read_text().strip() == str(len(self.corpus)):
+            self.retriever = bm25s.BM25.load(str(index_dir))
+            return
+        tokens = bm25s.tokenize(self.corpus, stopwords="en", stemmer=self._stemmer, show_progress=False)
+        self.retriever = bm25s.BM25(k1=k1, b=b)
+        self.retriever.index(tokens, show_progress=False)
+        if marker is not None:
+            Path(index_dir).mkdir(parents=True, exist_ok=True)
+            self.retriever.save(str(index_dir))
+            marker.write_text(str(len(self.corpus)))
+
+    def __len__(self) -> int:
+        return len(self.corpus)
+
+    def search(self, query: str, k: int) -> list[str]:
+        k = max(1, min(int(k), len(self.corpus)))
+        query = str(query or "").strip() or "?"
+        with self._lock:
+            tokens = self._bm25s.tokenize([query], stopwords="en", stemmer=self._stemmer, show_progress=False)
+            if not tokens.ids or not tokens.ids[0]:
+                return self.corpus[:k]
+            docs, _scores = self.retriever.retrieve(tokens, k=k, show_progress=False, n_threads=1)
+        return [self.corpus[int(i)] for i in docs[0]]
+
+    __call__ = search
+
+
+def _shared_deepcopy(self, memo):
+    """Retrievers are read-only and large: copies of a program share them."""
+    return self
+
+
+BM25Search.__deepcopy__ = _shared_deepcopy
+
+
+class CorpusUnavailable(RuntimeError):
+    """The retrieval corpus a benchmark needs cannot be had (offline and not cached)."""
+
+
+# The Wikipedia 2017 abstracts (the corpus of HotpotQA's fullwiki setting), as DSPy's retrieval
+# tutorials and the GEPA paper's HotpotQA/HoVer programs use it: one JSON object per line,
+# {"title": ..., "text": [sentences]}.
+WIKI_ABSTRACTS_URL = "https://huggingface.co/dspy/cache/resolve/main/wiki.abstracts.2017.tar.gz"
+WIKI_ABSTRACTS_FILE = "wiki.abstracts.2017.jsonl"
+
+_WIKI_LOCK = threading.Lock()
+_WIKI_SEARCH: "BM25Search | None" = None
+
+
+def wiki_abstracts_path(download: bool = True, timeout: float = 30.0) -> Path:
+    """Path of the cached abstracts file; downloads and unpacks it on first use when ``download``."""
+    import tarfile
+    import urllib.request
+
+    folder = cache_dir() / "wiki_abstracts_2017"
+    target = folder / WIKI_ABSTRACTS_FILE
+    if target.exists():
+        return target
+    if not download or os.environ.get("AGENTGRAD_OFFLINE"):
+        raise CorpusUnavailable(f"Wikipedia 2017 abstracts not cached at {target} "
+                                f"({'AGENTGRAD_OFFLINE is set' if download else 'download disabled'})")
+    folder.mkdir(parents=True, exist_ok=True)
+    archive = folder / "wiki.abstracts.2017.tar.gz"
+    try:
+        if not archive.exists():
+            partial = archive.with_suffix(".part")
+            with urllib.request.urlopen(WIKI_ABSTRACTS_URL, timeout=timeout) as resp, open(partial, "wb") as out:
+                while chunk := resp.read(1 << 20):
+                    out.write(chunk)
+            partial.rename(archive)
+        with tarfile.open(archive) as tar:
+            member = next(m for m in tar.getmembers() if m.name.endswith(".jsonl"))
+            member.name = WIKI_ABSTRACTS_FILE
+            tar.extract(member, folder)
+    except Exception as exc:  # offline, blocked, truncated archive
+        raise CorpusUnavailable(
+            f"could not download the Wikipedia 2017 abstracts corpus ({WIKI_ABSTRACTS_URL}): {exc}. "
+            f"Download and unpack it to {target} (or set AGENTGRAD_CACHE_DIR) to run this benchmark."
+        ) from exc
+    return target
+
+
+def load_wiki_abstracts(path: Path, limit: int | None = None) -> list[str]:
+    """Passages ``"title | abstract"`` from the abstracts JSONL."""
+    import json
+
+    corpus = []
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            row = json.loads(line)
+            text = row["text"]
+            corpus.append(f"{row['title']} | {' '.join(text) if isinstance(text, list) else text}")
+            if limit and len(corpus) >= limit:
+                break
+    return corpus
+
+
+def wiki_abstracts_search(download: bool = True) -> BM25Search:
+    """One process-wide BM25 index over the Wikipedia 2017 abstracts (built once, saved beside the
+    cached corpus, loaded from there afterwards)."""
+    global _WIKI_SEARCH
+    with _WIKI_LOCK:
+        if _WIKI_SEARCH is None:
+            path = wiki_abstracts_path(download=download)
+            _WIKI_SEARCH = BM25Search(load_wiki_abstracts(path), index_dir=path.parent / "bm25_index")
+        return _WIKI_SEARCH

@@ -1,0 +1,155 @@
+"""A rule-based fake "world" for the benchmark programs, for tests and ``--task-lm fake`` dry runs.
+
+Task predictors misbehave on part of the data unless their instruction carries a fix token
+``FIX-<output field>`` (or AgentGrad's per-example hint): the answerer answers the gold answer,
+the query writers name the gold titles, the IFBench rewriter repeats the query's own words. The
+prompt-LM roles of all three optimizers (AgentGrad's gradient / cluster / rewrite signatures,
+GEPA's reflection -- dspy's JSON-adapter proposer or gepa's raw prompt --, MIPROv2's grounded
+proposer) reply with the current instruction plus the fix token of the predictor they are asked
+about, so every optimizer can find the improvement.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import zlib
+from collections import Counter
+from typing import Iterable
+
+from dspy_agentgrad.fake_lm import FakeCall
+
+HINT_MARK = "Hint for this example only"
+TASK_FIELDS = ("answer", "query", "summary", "response", "final_response")
+_PRODUCES = re.compile(r"produce the fields? `(\w+)`")
+
+
+def fix_token(field: str) -> str:
+    return f"FIX-{field}"
+
+
+def _stable(text: str) -> int:
+    return zlib.crc32(text.encode("utf-8"))
+
+
+def _field_of(instruction: str) -> str | None:
+    """Which predictor an instruction belongs to: its first output field, or a fix token."""
+    match = _PRODUCES.search(instruction)
+    if match:
+        return match.group(1)
+    for field in TASK_FIELDS:
+        if fix_token(field) in instruction:
+            return field
+    if "final response" in instruction.lower() or "constraint" in instruction.lower():
+        return "final_response"
+    if "respond to the query" in instruction.lower():
+        return "response"
+    return None
+
+
+class BenchWorld:
+    """The rule behind the fake LM (``fake_lm(BenchWorld(examples))``); thread-safe.
+
+    examples: every example the program may see (any benchmark); the world looks gold labels up by
+        the program's input text. ``easy_every``: one example in this many behaves without a fix.
+    """
+
+    def __init__(self, examples: Iterable, easy_every: int = 3):
+        self.gold: dict[str, object] = {}
+        for ex in examples:
+            for key in ("question", "claim", "query"):
+                if ex.get(key):
+                    self.gold[str(ex.get(key)).strip()] = ex
+        self.easy_every = easy_every
+        self.calls: Counter[str] = Counter()
+        self._lock = threading.Lock()
+
+    def _count(self, what: str) -> None:
+        with self._lock:
+            self.calls[what] += 1
+
+    # -- task predictors -------------------------------------------------------------------------
+    def _fixed(self, call: FakeCall, field: str, key: str) -> bool:
+        return (fix_token(field) in call.instructions or HINT_MARK in call.instructions
+                or _stable(key) % self.easy_every == 0)
+
+    def _task(self, call: FakeCall) -> dict:
+        key = (call.inputs.get("question") or call.inputs.get("claim") or call.inputs.get("query") or "").strip()
+        ex = self.gold.get(key)
+        out = {"reasoning": "Step by step."}
+        for field in call.output_fields:
+            if field == "reasoning":
+                continue
+            self._count(field)
+            good = ex is not None and self._fixed(call, field, key)
+            if field == "summary":
+                out[field] = (call.inputs.get("passages", "") + " " + call.inputs.get("context", ""))[:1500]
+            elif field == "query":
+                titles = list(ex.get("gold_titles") or ex.get("titles") or []) if ex is not None else []
+                out[field] = " ".join(titles) if good and titles else key
+            elif field == "answer":
+                out[field] = str(ex.get("answer")) if good else "unknown"
+            elif field == "response":
+                out[field] = "Draft: " + key[:200]
+            elif field == "final_response":
+                out[field] = key if good else "ok"
+            else:
+                out[field] = "ok"
+        return out
+
+    # -- optimizer roles -------------------------------------------------------------------------
+    def _with_fix(self, instruction: str) -> str:
+        field = _field_of(instruction)
+        if field is None or fix_token(field) in instruction:
+            return instruction
+        return f"{instruction.rstrip()} {fix_token(field)}"
+
+    def _gepa(self, call: FakeCall) -> str:
+        self._count("gepa_reflection")
+        blocks = call.user.split("```")
+        current = blocks[1].strip() if len(blocks) > 2 else ""
+        return f"```\n{self._with_fix(current)}\n```"
+
+    def _gepa_dspy(self, call: FakeCall) -> str:
+        """dspy.GEPA's built-in proposer (a ``ProposeInstruction`` predictor under the JSON adapter)."""
+        self._count("gepa_reflection")
+        return json.dumps({"new_instruction": self._with_fix(call.inputs.get("current_instruction", ""))})
+
+    def _agentgrad(self, call: FakeCall) -> dict:
+        current = call.inputs.get("current_instruction", "")
+        field = _field_of(current) or _field_of(call.inputs.get("step_signature", "")) or "answer"
+        if "clusters" in call.output_fields:
+            self._count("agentgrad_abstract")
+            members = [int(i) for i in re.findall(r"^\[(\d+)\]", call.inputs.get("gradients", ""), flags=re.M)]
+            return {"clusters": [{"members": members, "generalized_gradient": f"Always apply {fix_token(field)}."}]}
+        if "generalized_gradient" in call.output_fields:
+            self._count("agentgrad_summarize")
+            return {"generalized_gradient": f"Always apply {fix_token(field)}."}
+        if "gradient" in call.output_fields:
+            self._count("agentgrad_gradient")
+            return {"gradient": f"Always apply {fix_token(field)}."}
+        if "new_instruction" in call.output_fields:
+            self._count("agentgrad_rewrite")
+            return {"new_instruction": self._with_fix(current)}
+        return {name: "ok" for name in call.output_fields}
+
+    def _mipro(self, call: FakeCall) -> dict:
+        self._count("mipro_propose")
+        out = {name: "A program step." for name in call.output_fields}
+        out["proposed_instruction"] = self._with_fix(call.inputs.get("basic_instruction", ""))
+        return out
+
+    def __call__(self, call: FakeCall):
+        if "I provided an assistant with the following instructions" in call.user:
+            return self._gepa(call)
+        if "examples_with_feedback" in call.inputs and "new_instruction" in call.output_fields:
+            return self._gepa_dspy(call)
+        if "current_instruction" in call.inputs:
+            return self._agentgrad(call)
+        if "proposed_instruction" in call.output_fields:
+            return self._mipro(call)
+        if any(f in TASK_FIELDS for f in call.output_fields):
+            return self._task(call)
+        self._count("other")
+        return {name: "A short description." for name in call.output_fields}

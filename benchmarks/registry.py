@@ -1,0 +1,37 @@
+"""The benchmark registry: one :class:`Benchmark` bundle per task."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import dspy
+
+#: Split sizes of the GEPA paper (train / val / test).
+PAPER_SIZES = {"train": 150, "val": 300, "test": 300}
+
+
+@dataclass
+class Benchmark:
+    """Everything a head-to-head run needs for one task."""
+
+    name: str
+    trainset: list[dspy.Example]
+    valset: list[dspy.Example]
+    testset: list[dspy.Example]
+    make_program: Callable[[], dspy.Module]
+    metric: Callable[..., Any]
+    hint: Callable[..., str | None]
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+BENCHMARKS = ("hotpotqa", "hover", "ifbench")
+
+
+def load_benchmark(name: str, **kwargs) -> Benchmark:
+    """``load_benchmark("hotpotqa", train=150, val=300, test=300, seed=0, corpus="auto")``."""
+    import importlib
+
+    if name not in BENCHMARKS:
+        raise ValueError(f"unknown benchmark {name!r}; choose from {', '.join(BENCHMARKS)}")
+    return importlib.import_module(f"benchmarks.{name}").load_benchmark(**kwargs)

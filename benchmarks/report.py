@@ -1,0 +1,163 @@
+"""Results files -> Markdown tables (like the paper's Table 1) and a validation-curve plot."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable
+
+PRETTY = {"hotpotqa": "HotpotQA", "hover": "HoVer", "ifbench": "IFBench"}
+OPT_PRETTY = {"baseline": "Baseline", "agentgrad": "AgentGrad", "gepa": "GEPA", "miprov2": "MIPROv2"}
+OPT_ORDER = ("baseline", "miprov2", "gepa", "agentgrad")
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Atomic JSON write (a crash never leaves a half-written results file)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        json.dump(data, fh, indent=2, sort_keys=False)
+        fh.write("\n")
+    os.replace(tmp, path)
+
+
+def _order(names: Iterable[str]) -> list[str]:
+    names = list(dict.fromkeys(names))
+    known = [n for n in OPT_ORDER if n in names]
+    return known + sorted(n for n in names if n not in OPT_ORDER)
+
+
+def _pct(x: float | None) -> str:
+    return "–" if x is None else f"{100 * x:.2f}"
+
+
+def _gain(x: float | None) -> str:
+    return "–" if x is None else f"{100 * x:+.2f}"
+
+
+def lm_label(results: dict) -> str:
+    cfg = results.get("config", {})
+    return f"task LM {cfg.get('task_lm', '?')}, prompt LM {cfg.get('prompt_lm', '?')}"
+
+
+def merge_results(files: Iterable[dict]) -> dict[str, dict[str, dict[str, dict]]]:
+    """{lm label: {benchmark: {optimizer: entry}}}; later files override earlier ones."""
+    merged: dict[str, dict[str, dict[str, dict]]] = {}
+    for results in files:
+        group = merged.setdefault(lm_label(results), {})
+        for bench, block in results.get("benchmarks", {}).items():
+            for name, entry in (block.get("optimizers") or {}).items():
+                if entry.get("status") == "done":
+                    group.setdefault(bench, {})[name] = entry
+    return merged
+
+
+def score_table(group: dict[str, dict[str, dict]]) -> str:
+    """Rows: optimizers; columns: benchmarks (test score, gain over baseline), average gain."""
+    benches = [b for b in PRETTY if b in group] + sorted(b for b in group if b not in PRETTY)
+    names = _order(n for b in benches for n in group[b])
+    head = "| Optimizer | " + " | ".join(PRETTY.get(b, b) for b in benches) + " | Avg gain |"
+    lines = [head, "|" + "---|" * (len(benches) + 2)]
+    for name in names:
+        cells, gains = [], []
+        for bench in benches:
+            entry = group[bench].get(name)
+            if entry is None:
+                cells.append("–")
+                continue
+            gain = entry.get("gain")
+            cell = _pct(entry.get("test_score"))
+            if name != "baseline" and gain is not None:
+                cell += f" ({_gain(gain)})"
+                gains.append(gain)
+            cells.append(cell)
+        avg = "–" if name == "baseline" or not gains else _gain(sum(gains) / len(gains))
+        lines.append(f"| {OPT_PRETTY.get(name, name)} | " + " | ".join(cells) + f" | {avg} |")
+    return "\n".join(lines)
+
+
+def detail_table(group: dict[str, dict[str, dict]]) -> str:
+    head = ("| Benchmark | Optimizer | Test | Gain | Val | Metric calls (budget) | Task LM calls / tokens | "
+            "Prompt LM calls / tokens | Wall time (s) |")
+    lines = [head, "|" + "---|" * 9]
+    for bench in [b for b in PRETTY if b in group] + sorted(b for b in group if b not in PRETTY):
+        for name in _order(group[bench]):
+            e = group[bench][name]
+            usage = e.get("usage", {})
+            task, prompt = usage.get("task", {}), usage.get("prompt", {})
+            budget = e.get("budget")
+
+            def tok(u):
+                return f"{u.get('calls', 0)} / {u.get('prompt_tokens', 0) + u.get('completion_tokens', 0)}"
+
+            lines.append(
+                f"| {PRETTY.get(bench, bench)} | {OPT_PRETTY.get(name, name)} | {_pct(e.get('test_score'))} | "
+                f"{_gain(e.get('gain')) if name != 'baseline' else '–'} | {_pct(e.get('val_score'))} | "
+                f"{e.get('metric_calls', '–')} ({budget if budget is not None else '–'}) | {tok(task)} | {tok(prompt)} | "
+                f"{e.get('wall_time_s', 0):.1f} |")
+    return "\n".join(lines)
+
+
+def markdown_report(results_list: list[dict]) -> str:
+    merged = merge_results(results_list)
+    out = ["# AgentGrad head-to-head results", ""]
+    for label, group in merged.items():
+        out += [f"## {label}", "", "Test score (%) and gain over the unoptimized program (points).", "",
+                score_table(group), "", "### Details", "", detail_table(group), ""]
+    notes = []
+    for results in results_list:
+        cfg = results.get("config", {})
+        for bench, block in results.get("benchmarks", {}).items():
+            info = block.get("info") or {}
+            if block.get("status") == "unavailable":
+                notes.append(f"- {PRETTY.get(bench, bench)}: not run -- {block.get('error')}")
+            elif info:
+                notes.append(f"- {PRETTY.get(bench, bench)} ({lm_label(results)}): corpus = {info.get('corpus')}"
+                             f"{' (' + info['corpus_note'] + ')' if info.get('corpus_note') else ''}; "
+                             f"sizes {info.get('sizes')}; split seed {info.get('split_seed')}; "
+                             f"optimizer seed {cfg.get('seed')}; cache policy {cfg.get('cache')}")
+    if notes:
+        out += ["## Setup", ""] + notes + [""]
+    return "\n".join(out)
+
+
+def plot_curves(results_list: list[dict], path: Path) -> Path:
+    """Best validation score against metric calls, one panel per (LM setting, benchmark)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [(label, bench, runs) for label, group in merge_results(results_list).items()
+              for bench, runs in group.items()]
+    n = max(1, len(panels))
+    fig, axes = plt.subplots(1, n, figsize=(5.5 * n, 4), squeeze=False)
+    for ax, (label, bench, runs) in zip(axes[0], panels):
+        for name in _order(runs):
+            entry = runs[name]
+            curve = entry.get("curve") or []
+            if name == "baseline":
+                if entry.get("val_score") is not None:
+                    ax.axhline(100 * entry["val_score"], linestyle="--", color="grey", label="Baseline")
+                continue
+            if not curve:
+                continue
+            xs = [c for c, _ in curve]
+            ys = [100 * s for _, s in curve]
+            ax.step(xs, ys, where="post", marker="o", markersize=3, label=OPT_PRETTY.get(name, name))
+        ax.set_title(f"{PRETTY.get(bench, bench)}\n{label}", fontsize=8)
+        ax.set_xlabel("metric calls")
+        ax.set_ylabel("best validation score (%)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    if not panels:
+        axes[0][0].text(0.5, 0.5, "no finished runs", ha="center")
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

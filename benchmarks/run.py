@@ -1,0 +1,217 @@
+"""Head-to-head runner: ``python -m benchmarks.run --bench hotpotqa --optimizers baseline,agentgrad,gepa,miprov2
+--task-lm LM --prompt-lm LM --max-metric-calls N --seed S --out DIR``.
+
+Writes ``DIR/results.json`` (after every optimizer, so an interrupted run resumes where it stopped),
+``DIR/results.md`` (Table-1-style scores and a details table) and ``DIR/val_curves.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import CorpusUnavailable
+from benchmarks.harness import OPTIMIZERS, evaluate_program, run_optimizer
+from benchmarks.registry import BENCHMARKS, PAPER_SIZES, load_benchmark
+from benchmarks.report import markdown_report, plot_curves, write_json
+
+logger = logging.getLogger("benchmarks.run")
+
+RESULTS_FILE = "results.json"
+REPORT_FILE = "results.md"
+PLOT_FILE = "val_curves.png"
+#: Settings that must match for a results file to be resumed.
+RESUME_KEYS = ("task_lm", "prompt_lm", "max_metric_calls", "seed", "split_seed", "sizes", "corpus", "source", "cache",
+               "options")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--bench", required=True, help=f"benchmark(s), comma-separated: {', '.join(BENCHMARKS)}")
+    p.add_argument("--optimizers", default="baseline,agentgrad,gepa,miprov2",
+                   help="comma-separated, from: " + ", ".join(OPTIMIZERS) + " (the baseline always runs: gains need it)")
+    p.add_argument("--task-lm", required=True,
+                   help="litellm model[@api_base] (e.g. openai/gpt-5-mini, openai/qwen3-8b@http://localhost:8000/v1), "
+                        "'local' (embedded model) or 'fake' (rule-based, for tests)")
+    p.add_argument("--prompt-lm", default=None, help="LM of the optimizers' own roles (default: the task LM)")
+    p.add_argument("--max-metric-calls", type=int, default=None,
+                   help="budget per optimizer in metric calls (program run + metric on one example); "
+                        "default: each optimizer's 'light' setting")
+    p.add_argument("--seed", type=int, default=0, help="optimizer seed")
+    p.add_argument("--split-seed", type=int, default=0, help="seed of the train/val/test split")
+    p.add_argument("--train", type=int, default=PAPER_SIZES["train"])
+    p.add_argument("--val", type=int, default=PAPER_SIZES["val"])
+    p.add_argument("--test", type=int, default=None,
+                   help="test size (default: 300; IFBench: all 294 test prompts)")
+    p.add_argument("--num-threads", type=int, default=4)
+    p.add_argument("--corpus", default="auto",
+                   help="retrieval corpus: auto (Wikipedia 2017 abstracts when available; HotpotQA falls back to "
+                        "the pooled offline paragraphs), wiki, pooled (HotpotQA only)")
+    p.add_argument("--source", default="offline", choices=("offline", "online"),
+                   help="HotpotQA questions: the shared offline sample, or HotpotQA online (needs `datasets`)")
+    p.add_argument("--cache", default="per-optimizer", choices=("per-optimizer", "off"),
+                   help="DSPy LM cache: a fresh cache dir per (benchmark, optimizer) under DIR/cache, or no cache")
+    p.add_argument("--options", default="{}",
+                   help='JSON of extra optimizer options, e.g. \'{"gepa": {"use_merge": false}, '
+                        '"miprov2": {"max_bootstrapped_demos": 0, "max_labeled_demos": 0}}\'')
+    p.add_argument("--out", required=True, help="output folder")
+    p.add_argument("--fresh", action="store_true", help="ignore an existing results file in --out")
+    p.add_argument("-v", "--verbose", action="store_true")
+    return p
+
+
+def _lms(args, bench):
+    from benchmarks.lms import make_lm
+
+    rule = None
+    if "fake" in (args.task_lm, args.prompt_lm):
+        from benchmarks.fake_world import BenchWorld
+
+        rule = BenchWorld(bench.trainset + bench.valset + bench.testset)
+    task = make_lm(args.task_lm, fake_rule=rule, cache=args.cache != "off")
+    prompt_spec = args.prompt_lm or args.task_lm
+    if prompt_spec == args.task_lm:
+        prompt = task.copy()  # one model loaded once; a second instance so usage is told apart by role
+    else:
+        prompt = make_lm(prompt_spec, fake_rule=rule, cache=args.cache != "off")
+    return task, prompt
+
+
+def _config(args, optimizers) -> dict[str, Any]:
+    return {
+        "task_lm": args.task_lm,
+        "prompt_lm": args.prompt_lm or args.task_lm,
+        "max_metric_calls": args.max_metric_calls,
+        "seed": args.seed,
+        "split_seed": args.split_seed,
+        "sizes": {"train": args.train, "val": args.val, "test": args.test},
+        "corpus": args.corpus,
+        "source": args.source,
+        "cache": args.cache,
+        "options": json.loads(args.options or "{}"),
+        "num_threads": args.num_threads,
+        "optimizers": optimizers,
+    }
+
+
+def _load_previous(path: Path, config: dict, fresh: bool) -> dict:
+    if fresh or not path.exists():
+        return {"config": config, "benchmarks": {}}
+    previous = json.loads(path.read_text())
+    old = previous.get("config", {})
+    diff = [k for k in RESUME_KEYS if old.get(k) != config.get(k)]
+    if diff:
+        raise SystemExit(f"{path} was written with different settings ({', '.join(diff)}); "
+                         "use another --out or pass --fresh to start over")
+    previous["config"] = {**old, **config}
+    return previous
+
+
+def run_benchmark(bench_name: str, args, optimizers: list[str], results: dict, out: Path) -> None:
+    block = results["benchmarks"].setdefault(bench_name, {"optimizers": {}})
+    corpus = args.corpus
+    if bench_name == "hover" and corpus == "pooled":
+        corpus = "auto"  # "pooled" is HotpotQA's offline corpus; HoVer has none (clear error below)
+    try:
+        bench = load_benchmark(bench_name, train=args.train, val=args.val, test=args.test, seed=args.split_seed,
+                               **({"corpus": corpus} if bench_name != "ifbench" else {}),
+                               **({"source": args.source} if bench_name == "hotpotqa" else {}))
+    except (CorpusUnavailable, ValueError, FileNotFoundError) as exc:
+        block.update(status="unavailable", error=str(exc))
+        logger.error("[%s] cannot run: %s", bench_name, exc)
+        return
+    block.update(status="loaded", info=bench.info)
+    block.pop("error", None)
+    task_lm, prompt_lm = _lms(args, bench)
+    options = json.loads(args.options or "{}")
+    entries = block["optimizers"]
+    for index, name in enumerate(optimizers, 1):
+        if entries.get(name, {}).get("status") == "done":
+            logger.info("[%s] %s already finished in %s, skipping", bench_name, name, out / RESULTS_FILE)
+            continue
+        logger.info("[%s] (%d/%d) %s: starting (budget %s metric calls)", bench_name, index, len(optimizers), name,
+                    args.max_metric_calls)
+        cache_dir = "off" if args.cache == "off" else out / "cache" / bench_name / name
+        started = time.time()
+        try:
+            run = run_optimizer(name, bench.make_program(), bench.trainset, bench.valset, bench.metric,
+                                task_lm=task_lm, prompt_lm=prompt_lm,
+                                max_metric_calls=None if name == "baseline" else args.max_metric_calls,
+                                seed=args.seed, num_threads=args.num_threads, hint_fn=bench.hint,
+                                log_dir=out / "logs" / bench_name / name, cache_dir=cache_dir,
+                                options=options)
+            test_score, test_calls, _ = evaluate_program(run.program, bench.testset, bench.metric, task_lm=task_lm,
+                                                         num_threads=args.num_threads)
+        except Exception as exc:  # keep what finished; a rerun resumes here
+            logger.exception("[%s] %s failed", bench_name, name)
+            entries[name] = {"status": "failed", "error": f"{type(exc).__name__}: {exc}",
+                             "wall_time_s": time.time() - started}
+            write_json(out / RESULTS_FILE, results)
+            continue
+        entry = run.to_dict()
+        entry.update(status="done", test_score=test_score, test_metric_calls=test_calls)
+        programs = out / "programs" / bench_name
+        programs.mkdir(parents=True, exist_ok=True)
+        run.program.save(str(programs / f"{name}.json"))
+        entries[name] = entry
+        _update_gains(entries)
+        write_json(out / RESULTS_FILE, results)
+        logger.info("[%s] %s: done -- val %.4f, test %.4f, %d metric calls, %.1fs", bench_name, name,
+                    run.val_score or 0.0, test_score, run.metric_calls, run.wall_time_s)
+    block["status"] = "done" if all(entries.get(n, {}).get("status") == "done" for n in optimizers) else "partial"
+
+
+def _update_gains(entries: dict) -> None:
+    base = entries.get("baseline", {})
+    base_test = base.get("test_score") if base.get("status") == "done" else None
+    for entry in entries.values():
+        if entry.get("status") == "done":
+            entry["gain"] = None if base_test is None else entry["test_score"] - base_test
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for noisy in ("dspy", "LiteLLM", "httpx", "gepa"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    benches = [b.strip() for b in args.bench.split(",") if b.strip()]
+    unknown = [b for b in benches if b not in BENCHMARKS]
+    optimizers = [o.strip() for o in args.optimizers.split(",") if o.strip()]
+    bad = [o for o in optimizers if o not in OPTIMIZERS]
+    if unknown or bad:
+        raise SystemExit(f"unknown benchmark(s) {unknown} / optimizer(s) {bad}")
+    if "baseline" in optimizers:
+        optimizers.remove("baseline")
+    optimizers.insert(0, "baseline")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    config = _config(args, optimizers)
+    if args.fresh:  # resumable optimizer state and cached LM calls of the old run must not leak in
+        import shutil
+
+        for sub in ("logs", "cache", "programs"):
+            shutil.rmtree(out / sub, ignore_errors=True)
+    results = _load_previous(out / RESULTS_FILE, config, args.fresh)
+    for bench in benches:
+        run_benchmark(bench, args, optimizers, results, out)
+        write_json(out / RESULTS_FILE, results)
+    (out / REPORT_FILE).write_text(markdown_report([results]), encoding="utf-8")
+    plot_curves([results], out / PLOT_FILE)
+    logger.info("wrote %s, %s, %s", out / RESULTS_FILE, out / REPORT_FILE, out / PLOT_FILE)
+    failed = [(b, n) for b in benches for n, e in results["benchmarks"].get(b, {}).get("optimizers", {}).items()
+              if e.get("status") != "done"]
+    unavailable = [b for b in benches if results["benchmarks"].get(b, {}).get("status") == "unavailable"]
+    for b in unavailable:
+        print(f"error: {b}: {results['benchmarks'][b]['error']}", file=sys.stderr)
+    return 2 if unavailable or failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

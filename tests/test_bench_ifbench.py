@@ -1,0 +1,107 @@
+"""IFBench: data, offline verifiers (IFBench + IFEval ids), metric, hint, two-stage program."""
+
+import json
+import subprocess
+import sys
+
+import dspy
+import pytest
+
+from benchmarks import load_benchmark
+from benchmarks.common import REPO_ROOT, data_file
+from benchmarks.ifbench import IFBenchTwoStage, constraint_fraction, hint, read_examples
+from benchmarks.ifbench.verifiers import check_constraints, ifbench_registry, ifeval_registry
+from dspy_agentgrad.fake_lm import fake_lm
+
+
+def _ex(suite, ids, kwargs, query="Write something."):
+    return dspy.Example(query=query, instruction_id_list=ids, kwargs=kwargs, suite=suite).with_inputs("query")
+
+
+def test_splits_and_sizes():
+    bench = load_benchmark("ifbench", train=20, val=30, seed=0)
+    assert bench.info["sizes"] == {"train": 20, "val": 30, "test": 294}
+    assert {e.suite for e in bench.trainset + bench.valset} == {"ifeval"}
+    assert {e.suite for e in bench.testset} == {"ifbench"}
+    keys = [e.key for e in bench.trainset + bench.valset]
+    assert len(keys) == len(set(keys))
+    assert all(None not in kw.values() for e in bench.testset for kw in e.kwargs)
+    with pytest.raises(ValueError, match="294"):
+        load_benchmark("ifbench", train=5, val=5, test=300)
+
+
+def test_every_constraint_id_in_the_data_has_a_verifier():
+    bench_ids = {i for e in read_examples(data_file("ifbench", "IFBench_test.jsonl"), "ifbench")
+                 for i in e.instruction_id_list}
+    eval_ids = {i for e in read_examples(data_file("ifeval", "input_data.jsonl"), "ifeval")
+                for i in e.instruction_id_list}
+    assert bench_ids <= set(ifbench_registry())
+    assert eval_ids <= set(ifeval_registry())
+    assert len(eval_ids - set(ifbench_registry())) > 0  # why a second verifier package is needed
+
+
+def test_verifiers_import_without_any_download():
+    """Importing and running the verifiers must not try nltk/spaCy downloads (fresh interpreter)."""
+    code = (
+        "import nltk, spacy.cli\n"
+        "def boom(*a, **k): raise SystemExit('download attempted: %r' % (a,))\n"
+        "nltk.download = boom\n"
+        "spacy.cli.download = boom\n"
+        "from benchmarks.ifbench.verifiers import check_constraints\n"
+        "r = check_constraints('ifbench', ['count:word_count_range'], [{'min_words': 1, 'max_words': 50}],\n"
+        "                      'p', 'Hello there. Two sentences here.')\n"
+        "r2 = check_constraints('ifeval', ['length_constraints:number_sentences'],\n"
+        "                       [{'relation': 'less than', 'num_sentences': 3}], 'p', 'One. Two.')\n"
+        "assert r[0].followed and r[0].error is None, r\n"
+        "assert r2[0].followed and r2[0].error is None, r2\n"
+        "print('OK')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "OK" in out.stdout, out.stdout + out.stderr
+
+
+def test_ifeval_constraints_scored_loose():
+    no_comma = ["punctuation:no_comma"]
+    assert check_constraints("ifeval", no_comma, [{}], "p", "No commas here.")[0].followed
+    assert not check_constraints("ifeval", no_comma, [{}], "p", "Yes, a comma.")[0].followed
+    lower = ["change_case:english_lowercase"]
+    # Loose variant: a first line (e.g. a title) is dropped before checking.
+    assert check_constraints("ifeval", lower, [{}], "p", "TITLE LINE\nall lower case here")[0].followed
+    assert not check_constraints("ifeval", lower, [{}], "p", "Mixed Case\nAnd More Mixed\nStill Mixed")[0].followed
+
+
+def test_metric_fraction_and_feedback():
+    gold = _ex("ifeval", ["punctuation:no_comma", "keywords:existence"], [{}, {"keywords": ["zebra"]}])
+    half = constraint_fraction(gold, dspy.Prediction(response="A plain sentence without that animal."))
+    assert half.score == pytest.approx(0.5)
+    assert "Followed:\n- punctuation:no_comma" in half.feedback
+    assert "Violated:\n- keywords:existence" in half.feedback and "zebra" in half.feedback
+    full = constraint_fraction(gold, dspy.Prediction(response="A zebra sentence."))
+    assert full.score == 1.0 and "Violated" not in full.feedback
+    assert constraint_fraction(gold, dspy.Prediction(response="")).score == 0.0
+    text = hint(gold, "enforce_constraints.predict", dspy.Prediction(response="no animal here"), half.feedback)
+    assert "zebra" in text and "comma" not in text.lower()
+    assert hint(gold, "respond.predict", dspy.Prediction(response="A zebra."), "") is None
+
+
+def test_ifbench_test_constraint():
+    row = json.loads(data_file("ifbench", "IFBench_test.jsonl").read_text().splitlines()[0])
+    gold = _ex("ifbench", row["instruction_id_list"], row["kwargs"], row["prompt"])
+    words = "kaleidoscope " + "nebula " * 2 + "whisper " * 3 + "labyrinth " * 5 + "paradox " * 7
+    assert constraint_fraction(gold, dspy.Prediction(response=words)).score == 1.0
+    assert constraint_fraction(gold, dspy.Prediction(response="kaleidoscope")).score == 0.0
+
+
+def test_two_stage_program_returns_rewritten_response():
+    def rule(call):
+        if "final_response" in call.output_fields:
+            return {"reasoning": "r", "final_response": call.inputs["response"].upper()}
+        return {"reasoning": "r", "response": "draft text"}
+
+    program = IFBenchTwoStage()
+    assert [n for n, _ in program.named_predictors()] == ["respond.predict", "enforce_constraints.predict"]
+    with dspy.context(lm=fake_lm(rule)):
+        pred = program(query="Answer in capitals.")
+    assert pred.draft == "draft text" and pred.response == "DRAFT TEXT"
+    gold = _ex("ifeval", ["change_case:english_capital"], [{}])
+    assert constraint_fraction(gold, pred).score == 1.0
