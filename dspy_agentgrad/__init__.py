@@ -2,6 +2,7 @@
 
 from .config import AUTO_ROUNDS, auto_budget
 from .hints import default_hint
+from .local_lm import local_lm  # cheap: llama_cpp is imported on first call only
 from .metric import MetricError
 from .results import AgentGradResult, AttributionRecord, AttributionReport, CandidateRecord, RoundRecord
 from .store import RunMismatch
@@ -19,4 +20,5 @@ __all__ = [
     "RunMismatch",
     "auto_budget",
     "default_hint",
+    "local_lm",
 ]

@@ -1,7 +1,8 @@
 """The main job: AgentGrad optimizes a real two-predictor program with the embedded local LM, offline.
 
-``python -m dspy_agentgrad demo`` loads constraint-following prompts (IFEval,
-from ``../shared/data``), scores the unoptimized program on held-out examples,
+``python -m dspy_agentgrad demo`` builds a seeded fact-extraction task
+(``demo_task``: locate the evidence sentence, then answer), scores the
+unoptimized program on held-out examples,
 runs AgentGrad, scores the optimized program on the same examples, and prints
 and writes what changed in which predictor and why.
 """
@@ -51,7 +52,7 @@ def run_demo(task_lm: Any, prompt_lm: Any, *, n_train: int, n_val: int, n_test: 
         print(f"\n[3/3] Optimized program on the same {len(test)} held-out examples")
         optimized, optimized_usage = evaluate(compiled, test, num_threads)
     summary = {
-        "task": "constraint-following writing (IFEval prompts), draft -> revise",
+        "task": "two-step fact extraction (demo_task): locate -> answer, token F1",
         "task_lm": getattr(task_lm, "model", str(task_lm)),
         "prompt_lm": getattr(prompt_lm, "model", str(prompt_lm)),
         "sizes": {"train": len(train), "val": len(val), "test": len(test)},
@@ -105,7 +106,7 @@ def report(summary: dict) -> str:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m dspy_agentgrad", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser("demo", help="run AgentGrad on the constraint-following demo task")
+    demo = sub.add_parser("demo", help="run AgentGrad on the two-step fact-extraction demo task")
     demo.add_argument("--lm", default="local", help="'local' (embedded GGUF model, default) or a litellm model name")
     demo.add_argument("--prompt-lm", default=None, help="LM for the optimizer's own roles (default: same as --lm)")
     demo.add_argument("--train", type=int, default=6)

