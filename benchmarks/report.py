@@ -148,6 +148,10 @@ def plot_curves(results_list: list[dict], path: Path) -> Path:
             xs = [c for c, _ in curve]
             ys = [100 * s for _, s in curve]
             ax.step(xs, ys, where="post", marker="o", markersize=3, label=OPT_PRETTY.get(name, name))
+        low, high = ax.get_ylim()
+        if high - low < 10:  # flat curves: show a readable band, not rounding noise
+            middle = (low + high) / 2
+            ax.set_ylim(max(-2, middle - 10), min(102, middle + 10))
         ax.set_title(f"{PRETTY.get(bench, bench)}\n{label}", fontsize=8)
         ax.set_xlabel("metric calls")
         ax.set_ylabel("best validation score (%)")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 AUTO_ROUNDS = {"light": 4, "medium": 8, "heavy": 16}
 DEFAULT_TRAIN_BATCH = 16
@@ -44,7 +44,6 @@ class AgentGradConfig:
     retry_attempts: int = 3
     retry_backoff_s: float = 1.0
     track_stats: bool = True
-    extra: dict = field(default_factory=dict)
 
     def validate(self) -> None:
         if self.auto is not None and self.auto not in AUTO_ROUNDS:
@@ -78,7 +77,7 @@ class AgentGradConfig:
     def fingerprint(self) -> dict:
         """The options that change decisions (not threads, logging or stats)."""
         data = asdict(self)
-        for key in ("num_threads", "track_stats", "retry_backoff_s", "extra"):
+        for key in ("num_threads", "track_stats", "retry_backoff_s"):
             data.pop(key)
         data["cluster_schedule"] = list(self.cluster_schedule)
         return data

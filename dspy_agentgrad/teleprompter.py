@@ -118,7 +118,7 @@ class AgentGrad(Teleprompter):
 
     def get_params(self) -> dict[str, Any]:
         params = {k: v for k, v in self.__dict__.items() if not k.startswith("_") and k != "config"}
-        params.update({k: v for k, v in vars(self.config).items() if k != "extra"})
+        params.update(vars(self.config))
         return params
 
     # ---- building blocks ------------------------------------------------------------------------
