@@ -34,6 +34,7 @@ class AgentGradConfig:
     num_threads: int = 1
     seed: int = 0
     max_score: float = 1.0
+    fix_threshold: float | None = None
     train_batch_size: int = DEFAULT_TRAIN_BATCH
     cluster_schedule: tuple[int, ...] = (3, 2, 1)
     clustering: str = "lm"
@@ -65,6 +66,8 @@ class AgentGradConfig:
                 raise ValueError(f"{name} must be a positive integer; got {value!r}")
         if self.max_prompt_cost is not None and (not isinstance(self.max_prompt_cost, (int, float)) or self.max_prompt_cost <= 0):
             raise ValueError(f"max_prompt_cost must be a positive number of USD or None; got {self.max_prompt_cost!r}")
+        if self.fix_threshold is not None and not (isinstance(self.fix_threshold, (int, float)) and 0 < self.fix_threshold <= self.max_score):
+            raise ValueError(f"fix_threshold must be a number in (0, max_score={self.max_score}] or None; got {self.fix_threshold!r}")
         if not isinstance(self.seed, int):
             raise ValueError(f"seed must be an integer; got {self.seed!r}")
         if not self.cluster_schedule or any(not isinstance(m, int) or m < 1 for m in self.cluster_schedule):

@@ -98,6 +98,7 @@ class RoundEngine:
         self.rng = random.Random(config.seed)
         self.sampler = BatchSampler(len(trainset), config.train_batch_size, self.rng)
         self.max_score = config.max_score
+        self.fix_score = config.max_score if config.fix_threshold is None else config.fix_threshold
         self.best_val_score: float | None = None
         self.initial_val_score: float | None = None
         self.rounds: list[RoundRecord] = []
@@ -126,7 +127,7 @@ class RoundEngine:
             hinted = self.evaluator.intervene(self.instructions, [job for _, job in jobs])
             for (index, job), result in zip(jobs, hinted):
                 fixed = result.first_step(name)
-                if result.score < self.max_score or fixed is None:
+                if result.score < self.fix_score or result.score <= outcomes[index].score or fixed is None:
                     continue
                 original = outcomes[index].steps[job.replay_until]
                 if self.config.leak_check and leaks_label(examples[index], original.inputs, fixed.outputs):

@@ -83,6 +83,7 @@ class AgentGrad(Teleprompter):
         log_dir: str | Path | None = None,
         track_stats: bool = True,
         max_score: float = 1.0,
+        fix_threshold: float | None = None,
         max_prompt_tokens: int | None = None,
         max_prompt_cost: float | None = None,
         train_batch_size: int = 16,
@@ -109,6 +110,7 @@ class AgentGrad(Teleprompter):
         self.config = AgentGradConfig(
             auto=auto, max_metric_calls=max_metric_calls, max_rounds=max_rounds, max_prompt_tokens=max_prompt_tokens,
             max_prompt_cost=max_prompt_cost, num_threads=num_threads if num_threads is not None else 1, seed=seed, max_score=max_score,
+            fix_threshold=fix_threshold,
             train_batch_size=train_batch_size, cluster_schedule=tuple(cluster_schedule), clustering=clustering,
             target_identification=target_identification, agent_supervision=agent_supervision,
             semantic_abstraction=semantic_abstraction, leak_check=leak_check, retry_attempts=retry_attempts,

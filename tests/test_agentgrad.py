@@ -8,7 +8,7 @@ import dspy
 import pytest
 
 from dspy_agentgrad import AgentGrad, MetricError, auto_budget, default_hint
-from world import Pipeline, World, dumps, feedback_metric, instructions, make_data, metric, world_lm
+from world import Pipeline, World, dumps, feedback_metric, instructions, make_data, metric, partial_metric, world_lm
 
 FAST = dict(retry_backoff_s=0, progress=False)
 
@@ -75,6 +75,16 @@ def test_hard_cases_are_left_out_of_the_round(world):
     assert result.rounds[0].hard_cases == 2
     assert result.rounds[0].attributed == {"extract": 2, "notes": 0, "answer": 0}
     assert [c.cluster_size for c in result.candidates] == [2]
+
+
+def test_fix_threshold_lets_a_partial_fix_count_for_graded_metrics(world):
+    examples = make_data({"extract+notes": 2})
+    strict = optimizer(partial_metric).attribute(Pipeline(), examples)
+    assert strict.counts() == {"extract": 0, "notes": 0, "answer": 0} and len(strict.hard_cases) == 2
+    relaxed = optimizer(partial_metric, fix_threshold=0.5).attribute(Pipeline(), examples)
+    assert relaxed.counts() == {"extract": 2, "notes": 0, "answer": 0} and relaxed.hard_cases == []
+    with pytest.raises(ValueError, match="fix_threshold"):
+        AgentGrad(metric, fix_threshold=2.0)
 
 
 def test_default_hint_cannot_pin_every_failure_on_the_last_predictor():

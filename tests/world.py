@@ -37,7 +37,8 @@ class Pipeline(dspy.Module):
     def forward(self, question):
         keyword = self.extract(question=question).keyword
         notes = self.notes(question=question, passages=retrieve(keyword)).notes
-        return self.answer(question=question, notes=notes)
+        answer = self.answer(question=question, notes=notes).answer
+        return dspy.Prediction(answer=answer, keyword=keyword)
 
 
 def retrieve(keyword: str) -> str:
@@ -66,6 +67,13 @@ def metric(example, pred, trace=None):
 def feedback_metric(gold, pred, trace=None, pred_name=None, pred_trace=None):
     ok = getattr(pred, "answer", None) == gold.answer
     return dspy.Prediction(score=float(ok), feedback="correct" if ok else f"expected {gold.answer}, got {getattr(pred, 'answer', None)}")
+
+
+def partial_metric(example, pred, trace=None):
+    """Full credit for the answer, half credit for the right keyword alone."""
+    if getattr(pred, "answer", None) == example.answer:
+        return 1.0
+    return 0.5 if getattr(pred, "keyword", None) == example.question.split()[0] else 0.0
 
 
 def _predictor_of(call: FakeCall) -> str | None:
