@@ -10,6 +10,7 @@ load, no inference); the ``real_lm`` test runs the packaged model.
 from __future__ import annotations
 
 import ctypes
+import importlib
 import importlib.util
 import math
 import time
@@ -262,7 +263,7 @@ class _StubLlama:
 
 
 def _stub_engine(monkeypatch, text, **kw):
-    from dspy_agentgrad import local_lm as mod
+    mod = importlib.import_module("dspy_agentgrad.local_lm")  # the module, not the function of that name
 
     stub = _StubLlama(text, **kw)
     loaded = mod._Loaded(stub, 0.0)
