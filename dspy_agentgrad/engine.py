@@ -32,10 +32,6 @@ logger = logging.getLogger("dspy_agentgrad")
 HintFn = Callable[[dspy.Example, str, dspy.Prediction, str], "str | None"]
 
 
-def mean(scores: list[float]) -> float:
-    return sum(scores) / len(scores) if scores else 0.0
-
-
 def execution_order(outcomes: list[Outcome]) -> list[str]:
     """Predictor names by first call, merged over runs in example order."""
     order: list[str] = []
@@ -237,13 +233,13 @@ class RoundEngine:
         if needed > self.evaluator.budget.remaining():
             raise BudgetExhausted(f"the next candidate check needs {needed} metric calls")
         start = self.evaluator.budget.metric_calls
-        before = mean([o.score for o in self.evaluator.evaluate(self.instructions, examples, "minibatch")])
-        after = mean([o.score for o in self.evaluator.evaluate(candidate, examples, "minibatch")])
+        before = self.evaluator.mean_score(self.instructions, examples, "minibatch")
+        after = self.evaluator.mean_score(candidate, examples, "minibatch")
         record.cluster_score_before, record.cluster_score_after = before, after
         if after <= before:
             record.reason = "no gain on its cluster"
         else:
-            record.val_score = mean([o.score for o in self.evaluator.evaluate(candidate, self.valset, "validate")])
+            record.val_score = self.evaluator.mean_score(candidate, self.valset, "validate")
             if record.val_score > self.best_val_score:
                 record.accepted, record.reason = True, "gain on cluster and validation"
                 self.instructions = candidate
@@ -258,7 +254,7 @@ class RoundEngine:
     # ---- the loop -----------------------------------------------------------------------------
     def validate_start(self) -> None:
         self.phase = "validate"
-        self.initial_val_score = mean([o.score for o in self.evaluator.evaluate(self.instructions, self.valset, "validate")])
+        self.initial_val_score = self.evaluator.mean_score(self.instructions, self.valset, "validate")
         self.best_val_score = self.initial_val_score
         self.val_history.append((self.evaluator.budget.metric_calls, self.best_val_score))
         logger.info("initial validation score %.4f on %d examples", self.best_val_score, len(self.valset))

@@ -39,6 +39,11 @@ def state_key(instructions: dict[str, str]) -> str:
     return digest(instructions)
 
 
+def eval_key(instructions: dict[str, str], example: dspy.Example) -> str:
+    """The cache key of a plain scored run (program state, example)."""
+    return f"eval:{state_key(instructions)}:{example_key(example)}"
+
+
 class Evaluator:
     def __init__(self, runner: ProgramRunner, memo: Memo, budget: Budget, ledger: UsageLedger, num_threads: int = 1):
         self.runner = runner
@@ -51,12 +56,12 @@ class Evaluator:
         self._lock = threading.Lock()
 
     def evaluate(self, instructions: dict[str, str], examples: list[dspy.Example], phase: str) -> list[Outcome]:
-        sk = state_key(instructions)
-        jobs = [
-            (f"eval:{sk}:{example_key(ex)}", lambda ex=ex: self.runner.run(ex, instructions))
-            for ex in examples
-        ]
+        jobs = [(eval_key(instructions, ex), lambda ex=ex: self.runner.run(ex, instructions)) for ex in examples]
         return self._run(jobs, phase)
+
+    def mean_score(self, instructions: dict[str, str], examples: list[dspy.Example], phase: str) -> float:
+        outcomes = self.evaluate(instructions, examples, phase)
+        return sum(o.score for o in outcomes) / len(outcomes) if outcomes else 0.0
 
     def intervene(self, instructions: dict[str, str], items: list[Intervention], phase: str = "intervene") -> list[Outcome]:
         sk = state_key(instructions)
@@ -74,8 +79,7 @@ class Evaluator:
 
     def cost(self, instructions: dict[str, str], examples: list[dspy.Example]) -> int:
         """Metric calls that evaluating ``examples`` under ``instructions`` would charge now."""
-        sk = state_key(instructions)
-        return len({f"eval:{sk}:{example_key(ex)}" for ex in examples} - set(self._seen))
+        return len({eval_key(instructions, ex) for ex in examples} - set(self._seen))
 
     def _run(self, jobs: list[tuple[str, Callable[[], Outcome]]], phase: str) -> list[Outcome]:
         fresh: dict[str, Callable[[], Outcome]] = {}
