@@ -8,8 +8,8 @@ import re
 import string
 import threading
 import unicodedata
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -77,7 +77,7 @@ def split_examples(items: Sequence, sizes: Sequence[int], seed: int) -> list[lis
     random.Random(seed).shuffle(order)
     out, start = [], 0
     for size in sizes:
-        out.append(order[start:start + size])
+        out.append(order[start : start + size])
         start += size
     return out
 
@@ -164,7 +164,7 @@ WIKI_ABSTRACTS_URL = "https://huggingface.co/dspy/cache/resolve/main/wiki.abstra
 WIKI_ABSTRACTS_FILE = "wiki.abstracts.2017.jsonl"
 
 _WIKI_LOCK = threading.Lock()
-_WIKI_SEARCH: "BM25Search | None" = None
+_WIKI_SEARCH: BM25Search | None = None
 
 
 def wiki_abstracts_path(download: bool = True, timeout: float = 30.0) -> Path:
@@ -177,8 +177,10 @@ def wiki_abstracts_path(download: bool = True, timeout: float = 30.0) -> Path:
     if target.exists():
         return target
     if not download or os.environ.get("AGENTGRAD_OFFLINE"):
-        raise CorpusUnavailable(f"Wikipedia 2017 abstracts not cached at {target} "
-                                f"({'AGENTGRAD_OFFLINE is set' if download else 'download disabled'})")
+        raise CorpusUnavailable(
+            f"Wikipedia 2017 abstracts not cached at {target} "
+            f"({'AGENTGRAD_OFFLINE is set' if download else 'download disabled'})"
+        )
     folder.mkdir(parents=True, exist_ok=True)
     archive = folder / "wiki.abstracts.2017.tar.gz"
     try:

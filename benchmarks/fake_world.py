@@ -16,11 +16,10 @@ import re
 import threading
 import zlib
 from collections import Counter
-from typing import Iterable
+from collections.abc import Iterable
 
-from dspy_agentgrad.fake_lm import FakeCall
+from dspy_agentgrad.testing import FakeCall
 
-HINT_MARK = "Hint for this example only"
 TASK_FIELDS = ("answer", "query", "summary", "response", "final_response")
 _PRODUCES = re.compile(r"produce the fields? `(\w+)`")
 
@@ -71,8 +70,7 @@ class BenchWorld:
 
     # -- task predictors -------------------------------------------------------------------------
     def _fixed(self, call: FakeCall, field: str, key: str) -> bool:
-        return (fix_token(field) in call.instructions or HINT_MARK in call.instructions
-                or _stable(key) % self.easy_every == 0)
+        return fix_token(field) in call.instructions or call.hint is not None or _stable(key) % self.easy_every == 0
 
     def _task(self, call: FakeCall) -> dict:
         key = (call.inputs.get("question") or call.inputs.get("claim") or call.inputs.get("query") or "").strip()

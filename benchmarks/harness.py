@@ -20,9 +20,10 @@ import logging
 import math
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import dspy
 
@@ -151,15 +152,22 @@ def running_best(points: list[tuple[float, float]]) -> list[list[float]]:
 # ---------------------------------------------------------------------------------------------
 # evaluation
 # ---------------------------------------------------------------------------------------------
-def evaluate_program(program: dspy.Module, examples: list, metric: Callable, *, task_lm: dspy.BaseLM,
-                     num_threads: int = 1) -> tuple[float, int, list[float]]:
+def evaluate_program(
+    program: dspy.Module, examples: list, metric: Callable, *, task_lm: dspy.BaseLM, num_threads: int = 1
+) -> tuple[float, int, list[float]]:
     """Average metric score (0..1) of ``program`` on ``examples``; (score, metric calls, per-example scores).
     A program error scores 0 for that example."""
     if not examples:
         return 0.0, 0, []
     counter = CountingMetric(metric, scores_only=True)
-    evaluator = dspy.Evaluate(devset=examples, metric=counter, num_threads=max(1, num_threads),
-                              display_progress=False, max_errors=len(examples) + 1, failure_score=0.0)
+    evaluator = dspy.Evaluate(
+        devset=examples,
+        metric=counter,
+        num_threads=max(1, num_threads),
+        display_progress=False,
+        max_errors=len(examples) + 1,
+        failure_score=0.0,
+    )
     with dspy.context(lm=task_lm):
         result = evaluator(program)
     scores = [score_of(s) for _ex, _pred, s in result.results]
@@ -191,9 +199,17 @@ def _mipro_trial_calls(trials: int, minibatch: bool, size: int, full_every: int,
     return trials * size + full_evals * n_val
 
 
-def mipro_plan(budget: int, n_train: int, n_val: int, *, max_bootstrapped_demos: int = 4,
-               max_labeled_demos: int = 4, num_candidates: int | None = None, minibatch_size: int = 35,
-               full_eval_steps: int = 5) -> MiproPlan:
+def mipro_plan(
+    budget: int,
+    n_train: int,
+    n_val: int,
+    *,
+    max_bootstrapped_demos: int = 4,
+    max_labeled_demos: int = 4,
+    num_candidates: int | None = None,
+    minibatch_size: int = 35,
+    full_eval_steps: int = 5,
+) -> MiproPlan:
     """Choose MIPROv2 settings whose expected metric calls fit ``budget``.
 
     Expected calls = bootstrapping ((candidates + 1) bootstrap passes, each assumed to stop after
@@ -213,22 +229,36 @@ def mipro_plan(budget: int, n_train: int, n_val: int, *, max_bootstrapped_demos:
         while _mipro_trial_calls(trials + 1, minibatch, size, full_eval_steps, n_val) <= left:
             trials += 1
         if trials >= 1:
-            return MiproPlan(cands, trials, minibatch, size, full_eval_steps, max_bootstrapped_demos,
-                             max_labeled_demos,
-                             boot + n_val + _mipro_trial_calls(trials, minibatch, size, full_eval_steps, n_val))
+            return MiproPlan(
+                cands,
+                trials,
+                minibatch,
+                size,
+                full_eval_steps,
+                max_bootstrapped_demos,
+                max_labeled_demos,
+                boot + n_val + _mipro_trial_calls(trials, minibatch, size, full_eval_steps, n_val),
+            )
     # Too small for even one trial: the smallest run (it will overshoot, and is reported as such).
     cands = candidates[-1]
     boot = (cands + 1) * min(n_train, 2 * boot_demos)
-    return MiproPlan(cands, 1, minibatch, size, full_eval_steps, max_bootstrapped_demos, max_labeled_demos,
-                     boot + n_val + _mipro_trial_calls(1, minibatch, size, full_eval_steps, n_val))
+    return MiproPlan(
+        cands,
+        1,
+        minibatch,
+        size,
+        full_eval_steps,
+        max_bootstrapped_demos,
+        max_labeled_demos,
+        boot + n_val + _mipro_trial_calls(1, minibatch, size, full_eval_steps, n_val),
+    )
 
 
 # ---------------------------------------------------------------------------------------------
 # the optimizers
 # ---------------------------------------------------------------------------------------------
 def _run_baseline(program, trainset, valset, metric, ctx) -> tuple[Any, float, list, dict]:
-    score, _calls, _ = evaluate_program(program, valset, metric, task_lm=ctx["task_lm"],
-                                        num_threads=ctx["num_threads"])
+    score, _calls, _ = evaluate_program(program, valset, metric, task_lm=ctx["task_lm"], num_threads=ctx["num_threads"])
     return program.deepcopy(), score, [(len(valset), score)], {}
 
 
@@ -236,15 +266,28 @@ def _run_agentgrad(program, trainset, valset, metric, ctx):
     from dspy_agentgrad import AgentGrad
 
     budget = ctx["max_metric_calls"]
-    opt = AgentGrad(metric, prompt_model=ctx["prompt_lm"], task_model=ctx["task_lm"],
-                    auto=None if budget else "light", max_metric_calls=budget, hint_fn=ctx["hint_fn"],
-                    num_threads=ctx["num_threads"], seed=ctx["seed"], log_dir=ctx["log_dir"], track_stats=True,
-                    **ctx["options"].get("agentgrad", {}))
+    opt = AgentGrad(
+        metric,
+        prompt_model=ctx["prompt_lm"],
+        task_model=ctx["task_lm"],
+        auto=None if budget else "light",
+        max_metric_calls=budget,
+        hint_fn=ctx["hint_fn"],
+        num_threads=ctx["num_threads"],
+        seed=ctx["seed"],
+        log_dir=ctx["log_dir"],
+        track_stats=True,
+        **ctx["options"].get("agentgrad", {}),
+    )
     with dspy.context(lm=ctx["task_lm"]):
         compiled = opt.compile(program, trainset=trainset, valset=valset)
     res = compiled.detailed_results
-    details = {"reported_metric_calls": res.metric_calls, "reported_usage": res.usage,
-               "reported_wall_time_s": res.wall_time_s, "result": res.to_dict()}
+    details = {
+        "reported_metric_calls": res.metric_calls,
+        "reported_usage": res.usage,
+        "reported_wall_time_s": res.wall_time_s,
+        "result": res.to_dict(),
+    }
     curve = [(c, s) for c, s in res.val_history]
     return compiled, float(res.best_val_score), curve, details
 
@@ -256,16 +299,28 @@ def _run_gepa(program, trainset, valset, metric, ctx):
         kwargs["max_metric_calls"] = budget
     else:
         kwargs.setdefault("auto", "light")
-    opt = dspy.GEPA(metric=metric, reflection_lm=ctx["prompt_lm"], num_threads=ctx["num_threads"],
-                    track_stats=True, seed=ctx["seed"], log_dir=ctx["log_dir"], **kwargs)
+    opt = dspy.GEPA(
+        metric=metric,
+        reflection_lm=ctx["prompt_lm"],
+        num_threads=ctx["num_threads"],
+        track_stats=True,
+        seed=ctx["seed"],
+        log_dir=ctx["log_dir"],
+        **kwargs,
+    )
     with dspy.context(lm=ctx["task_lm"]):
         compiled = opt.compile(program, trainset=trainset, valset=valset)
     res = compiled.detailed_results
     scores = list(res.val_aggregate_scores)
     curve = list(zip(res.discovery_eval_counts, scores))
-    details = {"num_candidates": len(scores), "best_idx": res.best_idx,
-               "reported_metric_calls": res.total_metric_calls, "num_full_val_evals": res.num_full_val_evals,
-               "candidate_val_scores": scores, "discovery_eval_counts": list(res.discovery_eval_counts)}
+    details = {
+        "num_candidates": len(scores),
+        "best_idx": res.best_idx,
+        "reported_metric_calls": res.total_metric_calls,
+        "num_full_val_evals": res.num_full_val_evals,
+        "candidate_val_scores": scores,
+        "discovery_eval_counts": list(res.discovery_eval_counts),
+    }
     return compiled, float(scores[res.best_idx]), curve, details
 
 
@@ -277,42 +332,83 @@ def _run_miprov2(program, trainset, valset, metric, ctx):
     compile_kwargs: dict[str, Any] = {}
     plan = None
     if budget:
-        plan = mipro_plan(budget, len(trainset), len(valset), max_bootstrapped_demos=demos[0],
-                          max_labeled_demos=demos[1], num_candidates=options.pop("num_candidates", None))
+        plan = mipro_plan(
+            budget,
+            len(trainset),
+            len(valset),
+            max_bootstrapped_demos=demos[0],
+            max_labeled_demos=demos[1],
+            num_candidates=options.pop("num_candidates", None),
+        )
         init_kwargs.update(auto=None, num_candidates=plan.num_candidates)
-        compile_kwargs.update(num_trials=plan.num_trials, minibatch_size=plan.minibatch_size,
-                              minibatch_full_eval_steps=plan.minibatch_full_eval_steps,
-                              minibatch=plan.minibatch)
+        compile_kwargs.update(
+            num_trials=plan.num_trials,
+            minibatch_size=plan.minibatch_size,
+            minibatch_full_eval_steps=plan.minibatch_full_eval_steps,
+            minibatch=plan.minibatch,
+        )
     else:
         init_kwargs["auto"] = "light"
     counter_before = ctx["counter"].calls
-    opt = dspy.MIPROv2(metric=metric, prompt_model=ctx["prompt_lm"], task_model=ctx["task_lm"],
-                       max_bootstrapped_demos=demos[0], max_labeled_demos=demos[1],
-                       num_threads=ctx["num_threads"], seed=ctx["seed"] + 9, verbose=False,
-                       log_dir=ctx["log_dir"], **init_kwargs, **options)
+    opt = dspy.MIPROv2(
+        metric=metric,
+        prompt_model=ctx["prompt_lm"],
+        task_model=ctx["task_lm"],
+        max_bootstrapped_demos=demos[0],
+        max_labeled_demos=demos[1],
+        num_threads=ctx["num_threads"],
+        seed=ctx["seed"] + 9,
+        verbose=False,
+        log_dir=ctx["log_dir"],
+        **init_kwargs,
+        **options,
+    )
     with dspy.context(lm=ctx["task_lm"]):
         compiled = opt.compile(program, trainset=trainset, valset=valset, **compile_kwargs)
     logs = getattr(compiled, "trial_logs", {}) or {}
-    full = [(log["total_eval_calls_so_far"], score_of(log["full_eval_score"]) / 100.0)
-            for _t, log in sorted(logs.items()) if "full_eval_score" in log and "total_eval_calls_so_far" in log]
+    full = [
+        (log["total_eval_calls_so_far"], score_of(log["full_eval_score"]) / 100.0)
+        for _t, log in sorted(logs.items())
+        if "full_eval_score" in log and "total_eval_calls_so_far" in log
+    ]
     spent = ctx["counter"].calls - counter_before
     # MIPROv2's own call count leaves out bootstrapping: shift its points by the difference.
     offset = max(0, spent - max((c for c, _ in full), default=0))
     curve = [(c + offset, s) for c, s in full]
-    val = score_of(getattr(compiled, "score", None)) / 100.0 if getattr(compiled, "score", None) is not None else (
-        max((s for _, s in full), default=0.0))
-    details = {"plan": plan.as_dict() if plan else None, "demos": demos_of(compiled),
-               "num_trials_logged": len(logs), "curve_offset_bootstrap_calls": offset}
+    val = (
+        score_of(getattr(compiled, "score", None)) / 100.0
+        if getattr(compiled, "score", None) is not None
+        else (max((s for _, s in full), default=0.0))
+    )
+    details = {
+        "plan": plan.as_dict() if plan else None,
+        "demos": demos_of(compiled),
+        "num_trials_logged": len(logs),
+        "curve_offset_bootstrap_calls": offset,
+    }
     return compiled, val, curve, details
 
 
 _RUNNERS = {"baseline": _run_baseline, "agentgrad": _run_agentgrad, "gepa": _run_gepa, "miprov2": _run_miprov2}
 
 
-def run_optimizer(name: str, program: dspy.Module, trainset: list, valset: list, metric: Callable, *,
-                  task_lm: dspy.BaseLM, prompt_lm: dspy.BaseLM, max_metric_calls: int | None, seed: int = 0,
-                  num_threads: int = 1, hint_fn: Callable | None = None, log_dir: str | Path | None = None,
-                  cache_dir: str | Path | None = None, options: dict[str, dict] | None = None) -> OptimizerRun:
+def run_optimizer(
+    name: str,
+    program: dspy.Module,
+    trainset: list,
+    valset: list,
+    metric: Callable,
+    *,
+    task_lm: dspy.BaseLM,
+    prompt_lm: dspy.BaseLM,
+    max_metric_calls: int | None,
+    seed: int = 0,
+    num_threads: int = 1,
+    hint_fn: Callable | None = None,
+    log_dir: str | Path | None = None,
+    cache_dir: str | Path | None = None,
+    options: dict[str, dict] | None = None,
+) -> OptimizerRun:
     """Run optimizer ``name`` ("baseline", "agentgrad", "gepa", "miprov2") on ``program``.
 
     ``metric`` is GEPA's feedback metric ``(gold, pred, trace, pred_name, pred_trace)``; MIPROv2 and
@@ -332,9 +428,17 @@ def run_optimizer(name: str, program: dspy.Module, trainset: list, valset: list,
     if log_dir is not None:
         Path(log_dir).mkdir(parents=True, exist_ok=True)
     counter = CountingMetric(metric, scores_only=(name in ("miprov2", "baseline")))
-    ctx = {"task_lm": task_lm, "prompt_lm": prompt_lm, "max_metric_calls": max_metric_calls, "seed": seed,
-           "num_threads": max(1, int(num_threads or 1)), "hint_fn": hint_fn,
-           "log_dir": None if log_dir is None else str(log_dir), "options": options or {}, "counter": counter}
+    ctx = {
+        "task_lm": task_lm,
+        "prompt_lm": prompt_lm,
+        "max_metric_calls": max_metric_calls,
+        "seed": seed,
+        "num_threads": max(1, int(num_threads or 1)),
+        "hint_fn": hint_fn,
+        "log_dir": None if log_dir is None else str(log_dir),
+        "options": options or {},
+        "counter": counter,
+    }
     logger.info("running %s (budget %s metric calls)", name, max_metric_calls)
     start = time.perf_counter()
     if name == "baseline":
@@ -348,9 +452,18 @@ def run_optimizer(name: str, program: dspy.Module, trainset: list, valset: list,
     curve = running_best(curve)
     if curve and curve[-1][0] < calls:
         curve.append([calls, curve[-1][1]])  # the budget spent after the last improvement
-    return OptimizerRun(name=name, val_score=val, metric_calls=calls, budget=max_metric_calls,
-                        usage=meter.snapshot(), wall_time_s=wall, instructions=instructions_of(compiled),
-                        curve=curve, details=details, program=compiled)
+    return OptimizerRun(
+        name=name,
+        val_score=val,
+        metric_calls=calls,
+        budget=max_metric_calls,
+        usage=meter.snapshot(),
+        wall_time_s=wall,
+        instructions=instructions_of(compiled),
+        curve=curve,
+        details=details,
+        program=compiled,
+    )
 
 
 def configure_cache(cache_dir: str | Path) -> None:

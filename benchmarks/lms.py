@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import dspy
 from dspy.utils.callback import BaseCallback
@@ -36,11 +37,11 @@ def make_lm(spec: str, *, fake_rule: Callable | None = None, cache: bool = True,
     if spec == "fake":
         if fake_rule is None:
             raise ValueError("the fake LM needs a rule")
-        from dspy_agentgrad.fake_lm import fake_lm
+        from dspy_agentgrad.testing import fake_lm
 
         return fake_lm(fake_rule)
     if spec == "local":
-        from dspy_agentgrad.local_lm import local_lm  # written separately; heavy, so imported lazily
+        from dspy_agentgrad.embedded_lm import local_lm  # written separately; heavy, so imported lazily
 
         return local_lm()
     model, base = parse_spec(spec)
@@ -60,7 +61,7 @@ def _empty() -> dict[str, int]:
 class _RoleCallback(BaseCallback):
     """Counts finished calls of the LM instances it is attached to (copies included)."""
 
-    def __init__(self, meter: "UsageMeter", role: str):
+    def __init__(self, meter: UsageMeter, role: str):
         self.meter, self.role = meter, role
 
     def on_lm_end(self, call_id, outputs, exception=None):
@@ -95,8 +96,11 @@ class UsageMeter:
         def update_history(entry, _lm=lm):
             usage = entry.get("usage") or {}
             if usage:
-                meter._add(role, prompt_tokens=usage.get("prompt_tokens") or 0,
-                           completion_tokens=usage.get("completion_tokens") or 0)
+                meter._add(
+                    role,
+                    prompt_tokens=usage.get("prompt_tokens") or 0,
+                    completion_tokens=usage.get("completion_tokens") or 0,
+                )
             else:
                 meter._add(role, cache_hits=1)
             record(_lm, entry)

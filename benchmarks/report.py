@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 PRETTY = {"hotpotqa": "HotpotQA", "hover": "HoVer", "ifbench": "IFBench"}
 OPT_PRETTY = {"baseline": "Baseline", "agentgrad": "AgentGrad", "gepa": "GEPA", "miprov2": "MIPROv2"}
@@ -80,8 +81,10 @@ def score_table(group: dict[str, dict[str, dict]]) -> str:
 
 
 def detail_table(group: dict[str, dict[str, dict]]) -> str:
-    head = ("| Benchmark | Optimizer | Test | Gain | Val | Metric calls (budget) | Task LM calls / tokens | "
-            "Prompt LM calls / tokens | Wall time (s) |")
+    head = (
+        "| Benchmark | Optimizer | Test | Gain | Val | Metric calls (budget) | Task LM calls / tokens | "
+        "Prompt LM calls / tokens | Wall time (s) |"
+    )
     lines = [head, "|" + "---|" * 9]
     for bench in [b for b in PRETTY if b in group] + sorted(b for b in group if b not in PRETTY):
         for name in _order(group[bench]):
@@ -96,8 +99,10 @@ def detail_table(group: dict[str, dict[str, dict]]) -> str:
             lines.append(
                 f"| {PRETTY.get(bench, bench)} | {OPT_PRETTY.get(name, name)} | {_pct(e.get('test_score'))} | "
                 f"{_gain(e.get('gain')) if name != 'baseline' else '–'} | {_pct(e.get('val_score'))} | "
-                f"{e.get('metric_calls', '–')} ({budget if budget is not None else '–'}) | {tok(task)} | {tok(prompt)} | "
-                f"{e.get('wall_time_s', 0):.1f} |")
+                f"{e.get('metric_calls', '–')} ({budget if budget is not None else '–'}) | "
+                f"{tok(task)} | {tok(prompt)} | "
+                f"{e.get('wall_time_s', 0):.1f} |"
+            )
     return "\n".join(lines)
 
 
@@ -105,8 +110,18 @@ def markdown_report(results_list: list[dict]) -> str:
     merged = merge_results(results_list)
     out = ["# AgentGrad head-to-head results", ""]
     for label, group in merged.items():
-        out += [f"## {label}", "", "Test score (%) and gain over the unoptimized program (points).", "",
-                score_table(group), "", "### Details", "", detail_table(group), ""]
+        out += [
+            f"## {label}",
+            "",
+            "Test score (%) and gain over the unoptimized program (points).",
+            "",
+            score_table(group),
+            "",
+            "### Details",
+            "",
+            detail_table(group),
+            "",
+        ]
     notes = []
     for results in results_list:
         cfg = results.get("config", {})
@@ -115,10 +130,12 @@ def markdown_report(results_list: list[dict]) -> str:
             if block.get("status") == "unavailable":
                 notes.append(f"- {PRETTY.get(bench, bench)}: not run -- {block.get('error')}")
             elif info:
-                notes.append(f"- {PRETTY.get(bench, bench)} ({lm_label(results)}): corpus = {info.get('corpus')}"
-                             f"{' (' + info['corpus_note'] + ')' if info.get('corpus_note') else ''}; "
-                             f"sizes {info.get('sizes')}; split seed {info.get('split_seed')}; "
-                             f"optimizer seed {cfg.get('seed')}; cache policy {cfg.get('cache')}")
+                notes.append(
+                    f"- {PRETTY.get(bench, bench)} ({lm_label(results)}): corpus = {info.get('corpus')}"
+                    f"{' (' + info['corpus_note'] + ')' if info.get('corpus_note') else ''}; "
+                    f"sizes {info.get('sizes')}; split seed {info.get('split_seed')}; "
+                    f"optimizer seed {cfg.get('seed')}; cache policy {cfg.get('cache')}"
+                )
     if notes:
         out += ["## Setup", ""] + notes + [""]
     return "\n".join(out)
@@ -131,8 +148,9 @@ def plot_curves(results_list: list[dict], path: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    panels = [(label, bench, runs) for label, group in merge_results(results_list).items()
-              for bench, runs in group.items()]
+    panels = [
+        (label, bench, runs) for label, group in merge_results(results_list).items() for bench, runs in group.items()
+    ]
     n = max(1, len(panels))
     fig, axes = plt.subplots(1, n, figsize=(5.5 * n, 4), squeeze=False)
     for ax, (label, bench, runs) in zip(axes[0], panels):

@@ -26,40 +26,74 @@ RESULTS_FILE = "results.json"
 REPORT_FILE = "results.md"
 PLOT_FILE = "val_curves.png"
 #: Settings that must match for a results file to be resumed.
-RESUME_KEYS = ("task_lm", "prompt_lm", "max_metric_calls", "seed", "split_seed", "sizes", "corpus", "source", "cache",
-               "options")
+RESUME_KEYS = (
+    "task_lm",
+    "prompt_lm",
+    "max_metric_calls",
+    "seed",
+    "split_seed",
+    "sizes",
+    "corpus",
+    "source",
+    "cache",
+    "options",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks.run", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--bench", required=True, help=f"benchmark(s), comma-separated: {', '.join(BENCHMARKS)}")
-    p.add_argument("--optimizers", default="baseline,agentgrad,gepa,miprov2",
-                   help="comma-separated, from: " + ", ".join(OPTIMIZERS) + " (the baseline always runs: gains need it)")
-    p.add_argument("--task-lm", required=True,
-                   help="litellm model[@api_base] (e.g. openai/gpt-5-mini, openai/qwen3-8b@http://localhost:8000/v1), "
-                        "'local' (embedded model) or 'fake' (rule-based, for tests)")
+    p.add_argument(
+        "--optimizers",
+        default="baseline,agentgrad,gepa,miprov2",
+        help="comma-separated, from: " + ", ".join(OPTIMIZERS) + " (the baseline always runs: gains need it)",
+    )
+    p.add_argument(
+        "--task-lm",
+        required=True,
+        help="litellm model[@api_base] (e.g. openai/gpt-5-mini, openai/qwen3-8b@http://localhost:8000/v1), "
+        "'local' (embedded model) or 'fake' (rule-based, for tests)",
+    )
     p.add_argument("--prompt-lm", default=None, help="LM of the optimizers' own roles (default: the task LM)")
-    p.add_argument("--max-metric-calls", type=int, default=None,
-                   help="budget per optimizer in metric calls (program run + metric on one example); "
-                        "default: each optimizer's 'light' setting")
+    p.add_argument(
+        "--max-metric-calls",
+        type=int,
+        default=None,
+        help="budget per optimizer in metric calls (program run + metric on one example); "
+        "default: each optimizer's 'light' setting",
+    )
     p.add_argument("--seed", type=int, default=0, help="optimizer seed")
     p.add_argument("--split-seed", type=int, default=0, help="seed of the train/val/test split")
     p.add_argument("--train", type=int, default=PAPER_SIZES["train"])
     p.add_argument("--val", type=int, default=PAPER_SIZES["val"])
-    p.add_argument("--test", type=int, default=None,
-                   help="test size (default: 300; IFBench: all 294 test prompts)")
+    p.add_argument("--test", type=int, default=None, help="test size (default: 300; IFBench: all 294 test prompts)")
     p.add_argument("--num-threads", type=int, default=4)
-    p.add_argument("--corpus", default="auto",
-                   help="retrieval corpus: auto (Wikipedia 2017 abstracts when available; HotpotQA falls back to "
-                        "the pooled offline paragraphs), wiki, pooled (HotpotQA only)")
-    p.add_argument("--source", default="offline", choices=("offline", "online"),
-                   help="HotpotQA questions: the shared offline sample, or HotpotQA online (needs `datasets`)")
-    p.add_argument("--cache", default="per-optimizer", choices=("per-optimizer", "off"),
-                   help="DSPy LM cache: a fresh cache dir per (benchmark, optimizer) under DIR/cache, or no cache")
-    p.add_argument("--options", default="{}",
-                   help='JSON of extra optimizer options, e.g. \'{"gepa": {"use_merge": false}, '
-                        '"miprov2": {"max_bootstrapped_demos": 0, "max_labeled_demos": 0}}\'')
+    p.add_argument(
+        "--corpus",
+        default="auto",
+        help="retrieval corpus: auto (Wikipedia 2017 abstracts when available; HotpotQA falls back to "
+        "the pooled offline paragraphs), wiki, pooled (HotpotQA only)",
+    )
+    p.add_argument(
+        "--source",
+        default="offline",
+        choices=("offline", "online"),
+        help="HotpotQA questions: the shared offline sample, or HotpotQA online (needs `datasets`)",
+    )
+    p.add_argument(
+        "--cache",
+        default="per-optimizer",
+        choices=("per-optimizer", "off"),
+        help="DSPy LM cache: a fresh cache dir per (benchmark, optimizer) under DIR/cache, or no cache",
+    )
+    p.add_argument(
+        "--options",
+        default="{}",
+        help='JSON of extra optimizer options, e.g. \'{"gepa": {"use_merge": false}, '
+        '"miprov2": {"max_bootstrapped_demos": 0, "max_labeled_demos": 0}}\'',
+    )
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--fresh", action="store_true", help="ignore an existing results file in --out")
     p.add_argument("-v", "--verbose", action="store_true")
@@ -107,8 +141,10 @@ def _load_previous(path: Path, config: dict, fresh: bool) -> dict:
     old = previous.get("config", {})
     diff = [k for k in RESUME_KEYS if old.get(k) != config.get(k)]
     if diff:
-        raise SystemExit(f"{path} was written with different settings ({', '.join(diff)}); "
-                         "use another --out or pass --fresh to start over")
+        raise SystemExit(
+            f"{path} was written with different settings ({', '.join(diff)}); "
+            "use another --out or pass --fresh to start over"
+        )
     previous["config"] = {**old, **config}
     return previous
 
@@ -119,9 +155,15 @@ def run_benchmark(bench_name: str, args, optimizers: list[str], results: dict, o
     if bench_name == "hover" and corpus == "pooled":
         corpus = "auto"  # "pooled" is HotpotQA's offline corpus; HoVer has none (clear error below)
     try:
-        bench = load_benchmark(bench_name, train=args.train, val=args.val, test=args.test, seed=args.split_seed,
-                               **({"corpus": corpus} if bench_name != "ifbench" else {}),
-                               **({"source": args.source} if bench_name == "hotpotqa" else {}))
+        bench = load_benchmark(
+            bench_name,
+            train=args.train,
+            val=args.val,
+            test=args.test,
+            seed=args.split_seed,
+            **({"corpus": corpus} if bench_name != "ifbench" else {}),
+            **({"source": args.source} if bench_name == "hotpotqa" else {}),
+        )
     except (CorpusUnavailable, ValueError, FileNotFoundError) as exc:
         block.update(status="unavailable", error=str(exc))
         logger.error("[%s] cannot run: %s", bench_name, exc)
@@ -135,23 +177,43 @@ def run_benchmark(bench_name: str, args, optimizers: list[str], results: dict, o
         if entries.get(name, {}).get("status") == "done":
             logger.info("[%s] %s already finished in %s, skipping", bench_name, name, out / RESULTS_FILE)
             continue
-        logger.info("[%s] (%d/%d) %s: starting (budget %s metric calls)", bench_name, index, len(optimizers), name,
-                    args.max_metric_calls)
+        logger.info(
+            "[%s] (%d/%d) %s: starting (budget %s metric calls)",
+            bench_name,
+            index,
+            len(optimizers),
+            name,
+            args.max_metric_calls,
+        )
         cache_dir = "off" if args.cache == "off" else out / "cache" / bench_name / name
         started = time.time()
         try:
-            run = run_optimizer(name, bench.make_program(), bench.trainset, bench.valset, bench.metric,
-                                task_lm=task_lm, prompt_lm=prompt_lm,
-                                max_metric_calls=None if name == "baseline" else args.max_metric_calls,
-                                seed=args.seed, num_threads=args.num_threads, hint_fn=bench.hint,
-                                log_dir=out / "logs" / bench_name / name, cache_dir=cache_dir,
-                                options=options)
-            test_score, test_calls, _ = evaluate_program(run.program, bench.testset, bench.metric, task_lm=task_lm,
-                                                         num_threads=args.num_threads)
+            run = run_optimizer(
+                name,
+                bench.make_program(),
+                bench.trainset,
+                bench.valset,
+                bench.metric,
+                task_lm=task_lm,
+                prompt_lm=prompt_lm,
+                max_metric_calls=None if name == "baseline" else args.max_metric_calls,
+                seed=args.seed,
+                num_threads=args.num_threads,
+                hint_fn=bench.hint,
+                log_dir=out / "logs" / bench_name / name,
+                cache_dir=cache_dir,
+                options=options,
+            )
+            test_score, test_calls, _ = evaluate_program(
+                run.program, bench.testset, bench.metric, task_lm=task_lm, num_threads=args.num_threads
+            )
         except Exception as exc:  # keep what finished; a rerun resumes here
             logger.exception("[%s] %s failed", bench_name, name)
-            entries[name] = {"status": "failed", "error": f"{type(exc).__name__}: {exc}",
-                             "wall_time_s": time.time() - started}
+            entries[name] = {
+                "status": "failed",
+                "error": f"{type(exc).__name__}: {exc}",
+                "wall_time_s": time.time() - started,
+            }
             write_json(out / RESULTS_FILE, results)
             continue
         entry = run.to_dict()
@@ -162,8 +224,15 @@ def run_benchmark(bench_name: str, args, optimizers: list[str], results: dict, o
         entries[name] = entry
         _update_gains(entries)
         write_json(out / RESULTS_FILE, results)
-        logger.info("[%s] %s: done -- val %.4f, test %.4f, %d metric calls, %.1fs", bench_name, name,
-                    run.val_score or 0.0, test_score, run.metric_calls, run.wall_time_s)
+        logger.info(
+            "[%s] %s: done -- val %.4f, test %.4f, %d metric calls, %.1fs",
+            bench_name,
+            name,
+            run.val_score or 0.0,
+            test_score,
+            run.metric_calls,
+            run.wall_time_s,
+        )
     block["status"] = "done" if all(entries.get(n, {}).get("status") == "done" for n in optimizers) else "partial"
 
 
@@ -177,8 +246,9 @@ def _update_gains(entries: dict) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     for noisy in ("dspy", "LiteLLM", "httpx", "gepa"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     benches = [b.strip() for b in args.bench.split(",") if b.strip()]
@@ -205,8 +275,12 @@ def main(argv: list[str] | None = None) -> int:
     (out / REPORT_FILE).write_text(markdown_report([results]), encoding="utf-8")
     plot_curves([results], out / PLOT_FILE)
     logger.info("wrote %s, %s, %s", out / RESULTS_FILE, out / REPORT_FILE, out / PLOT_FILE)
-    failed = [(b, n) for b in benches for n, e in results["benchmarks"].get(b, {}).get("optimizers", {}).items()
-              if e.get("status") != "done"]
+    failed = [
+        (b, n)
+        for b in benches
+        for n, e in results["benchmarks"].get(b, {}).get("optimizers", {}).items()
+        if e.get("status") != "done"
+    ]
     unavailable = [b for b in benches if results["benchmarks"].get(b, {}).get("status") == "unavailable"]
     for b in unavailable:
         print(f"error: {b}: {results['benchmarks'][b]['error']}", file=sys.stderr)

@@ -17,8 +17,9 @@ from benchmarks.report import markdown_report, plot_curves
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.tables", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks.tables", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("files", nargs="+", help="results.json files written by benchmarks.run")
     p.add_argument("--out", required=True, help="Markdown file to write")
     p.add_argument("--plot", default=None, help="also write the validation curves to this PNG")

@@ -1,8 +1,15 @@
-"""dspy-agentgrad: the AgentGrad prompt optimizer for multi-module DSPy programs."""
+"""dspy-agentgrad: the AgentGrad prompt optimizer for multi-module DSPy programs.
+
+``import dspy_agentgrad`` loads the optimizer core only; the embedded LM
+(``local_lm``, llama.cpp) is imported on first use.
+"""
+
+from __future__ import annotations
+
+from typing import Any
 
 from .config import AUTO_ROUNDS, auto_budget
 from .hints import default_hint
-from .local_lm import local_lm  # cheap: llama_cpp is imported on first call only
 from .metric import MetricError
 from .results import AgentGradResult, AttributionRecord, AttributionReport, CandidateRecord, RoundRecord
 from .store import RunMismatch
@@ -22,3 +29,11 @@ __all__ = [
     "default_hint",
     "local_lm",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "local_lm":  # lazily: the embedded LM is an optional extra
+        from .embedded_lm import local_lm
+
+        return local_lm
+    raise AttributeError(f"module 'dspy_agentgrad' has no attribute {name!r}")

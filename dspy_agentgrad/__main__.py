@@ -1,3 +1,3 @@
-from .demo import main
+from .demo.job import main
 
 main()

@@ -14,8 +14,12 @@ class BudgetExhausted(Exception):
 
 
 class Budget:
-    def __init__(self, max_metric_calls: int | None = None, max_prompt_tokens: int | None = None,
-                 max_prompt_cost: float | None = None):
+    def __init__(
+        self,
+        max_metric_calls: int | None = None,
+        max_prompt_tokens: int | None = None,
+        max_prompt_cost: float | None = None,
+    ):
         self.max_metric_calls = max_metric_calls
         self.max_prompt_tokens = max_prompt_tokens
         self.max_prompt_cost = max_prompt_cost

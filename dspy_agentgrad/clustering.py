@@ -4,7 +4,16 @@ grouping (deterministic, no LM), and random minibatches for the ablation."""
 from __future__ import annotations
 
 import random
-from typing import Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass
+class GradientGroup:
+    """Indices of gradients that ask for one correction, and that correction in general terms."""
+
+    members: list[int]
+    text: str
 
 
 def min_cluster_size(schedule: Sequence[int], round_index: int) -> int:
@@ -12,11 +21,11 @@ def min_cluster_size(schedule: Sequence[int], round_index: int) -> int:
     return schedule[round_index % len(schedule)]
 
 
-def normalize_clusters(raw: list[tuple[list, str]], n: int) -> list[tuple[list[int], str]]:
+def normalize_clusters(raw: list[tuple[object, object]], n: int) -> list[GradientGroup]:
     """Keep valid, unique member numbers; each gradient lands in at most one cluster;
     gradients the LM left out become clusters of their own (with their own text as gradient)."""
     taken: set[int] = set()
-    clusters: list[tuple[list[int], str]] = []
+    clusters: list[GradientGroup] = []
     for members, text in raw:
         valid = []
         for m in members if isinstance(members, list) else []:
@@ -28,10 +37,10 @@ def normalize_clusters(raw: list[tuple[list, str]], n: int) -> list[tuple[list[i
                 taken.add(m)
                 valid.append(m)
         if valid and isinstance(text, str) and text.strip():
-            clusters.append((valid, text.strip()))
+            clusters.append(GradientGroup(valid, text.strip()))
         else:
             taken.difference_update(valid)
-    return clusters + [([m], "") for m in range(n) if m not in taken]
+    return clusters + [GradientGroup([m], "") for m in range(n) if m not in taken]
 
 
 def tfidf_groups(texts: list[str], distance_threshold: float = 0.8) -> list[list[int]]:

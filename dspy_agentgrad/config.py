@@ -4,11 +4,15 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from .tracing import HINT_DELIVERIES
+
 AUTO_ROUNDS = {"light": 4, "medium": 8, "heavy": 16}
 DEFAULT_TRAIN_BATCH = 16
 
 
-def auto_budget(auto: str, n_predictors: int, n_train: int, n_val: int, train_batch_size: int = DEFAULT_TRAIN_BATCH) -> int:
+def auto_budget(
+    auto: str, n_predictors: int, n_train: int, n_val: int, train_batch_size: int = DEFAULT_TRAIN_BATCH
+) -> int:
     """Metric calls an ``auto`` preset means for a program and data size.
 
     One initial validation pass, then per round the worst case of: the training
@@ -42,6 +46,7 @@ class AgentGradConfig:
     agent_supervision: bool = True
     semantic_abstraction: bool = True
     leak_check: bool = True
+    hint_delivery: str = "input_field"
     retry_attempts: int = 3
     retry_backoff_s: float = 1.0
     track_stats: bool = True
@@ -64,16 +69,26 @@ class AgentGradConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be a positive integer; got {value!r}")
-        if self.max_prompt_cost is not None and (not isinstance(self.max_prompt_cost, (int, float)) or self.max_prompt_cost <= 0):
+        if self.max_prompt_cost is not None and (
+            not isinstance(self.max_prompt_cost, (int, float)) or self.max_prompt_cost <= 0
+        ):
             raise ValueError(f"max_prompt_cost must be a positive number of USD or None; got {self.max_prompt_cost!r}")
-        if self.fix_threshold is not None and not (isinstance(self.fix_threshold, (int, float)) and 0 < self.fix_threshold <= self.max_score):
-            raise ValueError(f"fix_threshold must be a number in (0, max_score={self.max_score}] or None; got {self.fix_threshold!r}")
+        if self.fix_threshold is not None and not (
+            isinstance(self.fix_threshold, (int, float)) and 0 < self.fix_threshold <= self.max_score
+        ):
+            raise ValueError(
+                f"fix_threshold must be a number in (0, max_score={self.max_score}] or None; got {self.fix_threshold!r}"
+            )
         if not isinstance(self.seed, int):
             raise ValueError(f"seed must be an integer; got {self.seed!r}")
         if not self.cluster_schedule or any(not isinstance(m, int) or m < 1 for m in self.cluster_schedule):
-            raise ValueError(f"cluster_schedule must be a non-empty sequence of positive integers; got {self.cluster_schedule!r}")
+            raise ValueError(
+                f"cluster_schedule must be a non-empty sequence of positive integers; got {self.cluster_schedule!r}"
+            )
         if self.clustering not in ("lm", "tfidf"):
             raise ValueError(f"clustering must be 'lm' or 'tfidf'; got {self.clustering!r}")
+        if self.hint_delivery not in HINT_DELIVERIES:
+            raise ValueError(f"hint_delivery must be one of {HINT_DELIVERIES}; got {self.hint_delivery!r}")
         if self.retry_backoff_s < 0:
             raise ValueError("retry_backoff_s must be >= 0")
 

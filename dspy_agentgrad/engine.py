@@ -3,21 +3,33 @@
 One round: failure set -> sequential intervention in reverse execution order ->
 gradient per attributed failure -> semantic abstraction under the cyclic
 minimum-cluster-size schedule -> updates in descending cluster size with
-two-stage acceptance. The engine makes no LM call itself: program runs go
-through the :class:`Evaluator`, LM roles through the :class:`Proposer`.
+two-stage acceptance. The engine owns the loop and its stop rules and reports
+each step as a typed event (:mod:`dspy_agentgrad.callbacks`). It makes no LM
+call itself: program runs go through the :class:`Evaluator`, LM roles through
+the :class:`Proposer`.
 """
 
 from __future__ import annotations
 
 import logging
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import dspy
 
 from .budget import BudgetExhausted
-from .clustering import min_cluster_size, random_minibatches, tfidf_groups
+from .callbacks import (
+    AttributionDone,
+    CandidateJudged,
+    CandidateProposed,
+    Dispatcher,
+    RoundEnd,
+    RoundStart,
+    RunEnd,
+    ValidationScored,
+)
+from .clustering import GradientGroup, min_cluster_size, random_minibatches, tfidf_groups
 from .config import AgentGradConfig
 from .evaluation import Evaluator, Intervention
 from .hints import leaks_label
@@ -44,10 +56,21 @@ def execution_order(outcomes: list[Outcome]) -> list[str]:
 
 @dataclass
 class Gradient:
+    """A sample-level textual gradient for one predictor, from one attributed failure."""
+
     predictor: str
     record: AttributionRecord
     text: str
     round: int
+
+
+@dataclass
+class Cluster:
+    """Gradients of one predictor that ask for one correction, with the generalized gradient."""
+
+    predictor: str
+    members: list[Gradient]
+    text: str
 
 
 class BatchSampler:
@@ -80,7 +103,7 @@ class RoundEngine:
         instructions: dict[str, str],
         trainset: list[dspy.Example],
         valset: list[dspy.Example],
-        on_event: Callable[[str], None] = lambda phase: None,
+        emit: Dispatcher | None = None,
     ):
         self.config = config
         self.evaluator = evaluator
@@ -90,7 +113,7 @@ class RoundEngine:
         self.instructions = dict(instructions)
         self.trainset = trainset
         self.valset = valset
-        self.on_event = on_event
+        self.emit = emit or Dispatcher()
         self.rng = random.Random(config.seed)
         self.sampler = BatchSampler(len(trainset), config.train_batch_size, self.rng)
         self.max_score = config.max_score
@@ -101,11 +124,14 @@ class RoundEngine:
         self.candidates: list[CandidateRecord] = []
         self.val_history: list[tuple[int, float]] = []
         self.waiting: list[Gradient] = []
-        self.phase = "start"
         self.round_index = 0
+        self.stop_reason = "not started"
+        self.interrupted = False
 
     # ---- steps 1-2 -------------------------------------------------------------------------
-    def attribute(self, examples: list[dspy.Example], phase: str = "evaluate") -> tuple[AttributionReport, list[Outcome]]:
+    def attribute(
+        self, examples: list[dspy.Example], phase: str = "evaluate"
+    ) -> tuple[AttributionReport, list[Outcome]]:
         """Failure set and sequential intervention in reverse execution order."""
         outcomes = self.evaluator.evaluate(self.instructions, examples, phase)
         order = execution_order(outcomes)
@@ -129,12 +155,20 @@ class RoundEngine:
                 if self.config.leak_check and leaks_label(examples[index], original.inputs, fixed.outputs):
                     leaked += 1
                     continue
-                attributed[name].append(AttributionRecord(
-                    examples[index], original.inputs, original.outputs, fixed.outputs,
-                    outcomes[index].feedback, outcomes[index].outputs,
-                ))
+                attributed[name].append(
+                    AttributionRecord(
+                        examples[index],
+                        original.inputs,
+                        original.outputs,
+                        fixed.outputs,
+                        outcomes[index].feedback,
+                        outcomes[index].outputs,
+                    )
+                )
                 unresolved.remove(index)
-        report = AttributionReport(order, attributed, [examples[i] for i in unresolved], [examples[i] for i in passed], leaked)
+        report = AttributionReport(
+            order, attributed, [examples[i] for i in unresolved], [examples[i] for i in passed], leaked
+        )
         return report, outcomes
 
     def _interventions(self, examples, outcomes, unresolved, name) -> list[tuple[int, Intervention]]:
@@ -155,16 +189,26 @@ class RoundEngine:
             return
         name = order[self.round_index % len(order)]
         jobs = self._interventions(examples, outcomes, unresolved, name) if self.config.agent_supervision else []
-        hinted = dict(zip([i for i, _ in jobs], self.evaluator.intervene(self.instructions, [j for _, j in jobs]))) if jobs else {}
+        hinted = (
+            dict(zip([i for i, _ in jobs], self.evaluator.intervene(self.instructions, [j for _, j in jobs])))
+            if jobs
+            else {}
+        )
         for index in unresolved:
             step = outcomes[index].first_step(name)
             if step is None:
                 continue
             fixed = hinted[index].first_step(name) if index in hinted else None
-            attributed[name].append(AttributionRecord(
-                examples[index], step.inputs, step.outputs, fixed.outputs if fixed else {},
-                outcomes[index].feedback, outcomes[index].outputs,
-            ))
+            attributed[name].append(
+                AttributionRecord(
+                    examples[index],
+                    step.inputs,
+                    step.outputs,
+                    fixed.outputs if fixed else {},
+                    outcomes[index].feedback,
+                    outcomes[index].outputs,
+                )
+            )
 
     # ---- step 3 ------------------------------------------------------------------------------
     def gradients(self, report: AttributionReport) -> list[Gradient]:
@@ -177,15 +221,18 @@ class RoundEngine:
             expected = format_fields(dict(rec.example.labels()))
             if rec.feedback:
                 expected += f"\nfeedback: {rec.feedback}"
-            return self.proposer.system_gradient(self.instructions[name], dict(rec.example.inputs()), rec.program_outputs, expected)
+            return self.proposer.system_gradient(
+                self.instructions[name], dict(rec.example.inputs()), rec.program_outputs, expected
+            )
 
         texts = parallel_map(extract, items, self.config.num_threads)
         return [Gradient(name, rec, text, self.round_index) for (name, rec), text in zip(items, texts) if text]
 
     # ---- step 4 ------------------------------------------------------------------------------
-    def abstract(self, pool: list[Gradient], minimum: int) -> tuple[list[tuple[str, list[Gradient], str]], list[Gradient]]:
-        """Clusters (predictor, members, generalized gradient) that meet ``minimum``, and the waiting rest."""
-        ready, waiting = [], []
+    def abstract(self, pool: list[Gradient], minimum: int) -> tuple[list[Cluster], list[Gradient]]:
+        """Clusters that meet ``minimum``, and the gradients that wait for a later round."""
+        ready: list[Cluster] = []
+        waiting: list[Gradient] = []
         by_predictor: dict[str, list[Gradient]] = {}
         for g in pool:
             by_predictor.setdefault(g.predictor, []).append(g)
@@ -194,42 +241,53 @@ class RoundEngine:
             if not self.config.semantic_abstraction:
                 size = max(self.config.cluster_schedule)
                 for batch in random_minibatches(len(grads), size, self.rng):
-                    ready.append((name, [grads[i] for i in batch], "\n".join(f"- {texts[i]}" for i in batch)))
+                    ready.append(Cluster(name, [grads[i] for i in batch], "\n".join(f"- {texts[i]}" for i in batch)))
                 continue
-            for members, text in self._cluster(name, texts):
-                group = [grads[i] for i in members]
-                if len(group) < minimum:
-                    waiting.extend(group)
+            for group in self._groups(name, texts):
+                members = [grads[i] for i in group.members]
+                if len(members) < minimum:
+                    waiting.extend(members)
                 else:
-                    ready.append((name, group, text or texts[members[0]]))
+                    ready.append(Cluster(name, members, group.text or texts[group.members[0]]))
         return ready, waiting
 
-    def _cluster(self, name: str, texts: list[str]) -> list[tuple[list[int], str]]:
+    def _groups(self, name: str, texts: list[str]) -> list[GradientGroup]:
         if self.config.clustering == "lm":
-            clusters = self.proposer.abstract(self.instructions[name], texts)
-            if clusters is not None:
-                return clusters
+            groups = self.proposer.abstract(self.instructions[name], texts)
+            if groups is not None:
+                return groups
             logger.warning("aggregator failed for %s; grouping its %d gradients with TF-IDF", name, len(texts))
         out = []
         for members in tfidf_groups(texts):
-            text = texts[members[0]] if len(members) == 1 else self.proposer.summarize(self.instructions[name], [texts[i] for i in members])
+            if len(members) == 1:
+                text = texts[members[0]]
+            else:
+                text = self.proposer.summarize(self.instructions[name], [texts[i] for i in members])
             if text:
-                out.append((members, text))
+                out.append(GradientGroup(members, text))
         return out
 
     # ---- step 5 ------------------------------------------------------------------------------
-    def update(self, name: str, members: list[Gradient], text: str, minimum: int) -> CandidateRecord:
+    def update(self, cluster: Cluster, minimum: int) -> CandidateRecord:
+        name = cluster.predictor
         current = self.instructions[name]
-        record = CandidateRecord(self.round_index, name, len(members), minimum, text, current, None)
-        proposal = self.proposer.rewrite(self.signatures[name], current, text)
+        record = CandidateRecord(self.round_index, name, len(cluster.members), minimum, cluster.text, current, None)
+        proposal = self.proposer.rewrite(self.signatures[name], current, cluster.text)
         if proposal is None or proposal.strip() == current.strip():
             record.reason = "rewrite failed" if proposal is None else "rewrite unchanged"
             return record
         record.instruction = proposal
+        self.emit(
+            "on_candidate_proposed",
+            CandidateProposed(self.round_index, name, len(cluster.members), cluster.text, proposal),
+        )
         candidate = {**self.instructions, name: proposal}
-        examples = [g.record.example for g in members]
-        needed = (self.evaluator.cost(self.instructions, examples) + self.evaluator.cost(candidate, examples)
-                  + self.evaluator.cost(candidate, self.valset))
+        examples = [g.record.example for g in cluster.members]
+        needed = (
+            self.evaluator.cost(self.instructions, examples)
+            + self.evaluator.cost(candidate, examples)
+            + self.evaluator.cost(candidate, self.valset)
+        )
         if needed > self.evaluator.budget.remaining():
             raise BudgetExhausted(f"the next candidate check needs {needed} metric calls")
         start = self.evaluator.budget.metric_calls
@@ -240,6 +298,16 @@ class RoundEngine:
             record.reason = "no gain on its cluster"
         else:
             record.val_score = self.evaluator.mean_score(candidate, self.valset, "validate")
+            self.emit(
+                "on_validation_scored",
+                ValidationScored(
+                    self.round_index,
+                    record.val_score,
+                    max(record.val_score, self.best_val_score),
+                    self.evaluator.budget.metric_calls,
+                    record,
+                ),
+            )
             if record.val_score > self.best_val_score:
                 record.accepted, record.reason = True, "gain on cluster and validation"
                 self.instructions = candidate
@@ -252,52 +320,121 @@ class RoundEngine:
         return record
 
     # ---- the loop -----------------------------------------------------------------------------
+    def run(self, max_rounds: int | None) -> str:
+        """Validate the starting program, then run rounds until a stop rule holds; returns the reason.
+
+        Stops: ``max_rounds``; no failure left when the batch is the whole training set; a budget
+        cap (the step that would exceed it is not started); as many rounds in a row without a new
+        program run as the cluster schedule is long (nothing left to learn); Ctrl-C.
+        """
+        try:
+            self.validate_start()
+            idle_rounds = 0
+            while max_rounds is None or self.round_index < max_rounds:
+                spent = self.evaluator.budget.metric_calls
+                record = self.run_round()
+                if record.failures == 0 and record.batch_size == len(self.trainset):
+                    self.stop_reason = "no failures left on the training set"
+                    break
+                idle_rounds = idle_rounds + 1 if self.evaluator.budget.metric_calls == spent else 0
+                if idle_rounds >= len(self.config.cluster_schedule):
+                    self.stop_reason = f"stalled: {idle_rounds} rounds without a new program run"
+                    break
+            else:
+                self.stop_reason = f"max_rounds={max_rounds} reached"
+        except BudgetExhausted as stop:
+            self.stop_reason = f"budget exhausted ({stop})"
+        except KeyboardInterrupt:
+            self.interrupted, self.stop_reason = True, "interrupted (KeyboardInterrupt)"
+        self.emit(
+            "on_run_end",
+            RunEnd(
+                self.stop_reason,
+                self.interrupted,
+                self.initial_val_score,
+                self.best_val_score,
+                self.evaluator.budget.metric_calls,
+                self.round_index,
+            ),
+        )
+        return self.stop_reason
+
     def validate_start(self) -> None:
-        self.phase = "validate"
         self.initial_val_score = self.evaluator.mean_score(self.instructions, self.valset, "validate")
         self.best_val_score = self.initial_val_score
         self.val_history.append((self.evaluator.budget.metric_calls, self.best_val_score))
         logger.info("initial validation score %.4f on %d examples", self.best_val_score, len(self.valset))
-        self.on_event("validate")
+        self.emit(
+            "on_validation_scored",
+            ValidationScored(None, self.best_val_score, self.best_val_score, self.evaluator.budget.metric_calls),
+        )
 
     def run_round(self) -> RoundRecord:
         """One round; returns its record (also appended to ``self.rounds``)."""
         r = self.round_index
         minimum = min_cluster_size(self.config.cluster_schedule, r)
         batch = [self.trainset[i] for i in self.sampler.next()]
-        self.phase = "attribute"
+        self.emit("on_round_start", RoundStart(r, minimum, len(batch), self.evaluator.budget.metric_calls))
         report, outcomes = self.attribute(batch)
         failures = sum(o.score < self.max_score for o in outcomes)
-        self.on_event("attribute")
-        self.phase = "gradients"
+        self.emit("on_attribution", AttributionDone(r, report, failures, self.evaluator.budget.metric_calls))
         fresh = self.gradients(report)
         fresh_keys = {(g.predictor, example_key(g.record.example)) for g in fresh}
-        carried = [g for g in self.waiting
-                   if (g.predictor, example_key(g.record.example)) not in fresh_keys
-                   and r - g.round < len(self.config.cluster_schedule)]
-        self.on_event("gradients")
-        self.phase = "abstract"
+        carried = [
+            g
+            for g in self.waiting
+            if (g.predictor, example_key(g.record.example)) not in fresh_keys
+            and r - g.round < len(self.config.cluster_schedule)
+        ]
         ready, self.waiting = self.abstract(fresh + carried, minimum)
         reverse_rank = {name: -i for i, name in enumerate(report.order)}
-        ready.sort(key=lambda c: (-len(c[1]), reverse_rank.get(c[0], 0)))
-        record = RoundRecord(r, minimum, len(batch), failures, report.counts(), len(report.hard_cases), report.leaked,
-                             len(fresh), len(ready), len(self.waiting))
+        ready.sort(key=lambda c: (-len(c.members), reverse_rank.get(c.predictor, 0)))
+        record = RoundRecord(
+            r,
+            minimum,
+            len(batch),
+            failures,
+            report.counts(),
+            len(report.hard_cases),
+            report.leaked,
+            len(fresh),
+            len(ready),
+            len(self.waiting),
+        )
         self.rounds.append(record)
-        logger.info("round %d: %d/%d failures, attributed %s, %d hard, %d gradients -> %d clusters (min size %d), %d waiting",
-                    r, failures, len(batch), report.counts(), len(report.hard_cases), len(fresh), len(ready), minimum, len(self.waiting))
-        self.on_event("abstract")
-        self.phase = "update"
-        for name, members, text in ready:
-            candidate = self.update(name, members, text, minimum)
+        logger.info(
+            "round %d: %d/%d failures, attributed %s, %d hard, %d gradients -> %d clusters (min size %d), %d waiting",
+            r,
+            failures,
+            len(batch),
+            report.counts(),
+            len(report.hard_cases),
+            len(fresh),
+            len(ready),
+            minimum,
+            len(self.waiting),
+        )
+        for cluster in ready:
+            candidate = self.update(cluster, minimum)
             self.candidates.append(candidate)
             record.candidates += 1
             record.accepted += candidate.accepted
-            logger.info("round %d: %s update for %s (cluster of %d): %s; cluster %s -> %s, val %s (best %.4f)",
-                        r, "ACCEPTED" if candidate.accepted else "rejected", name, len(members), candidate.reason,
-                        candidate.cluster_score_before, candidate.cluster_score_after, candidate.val_score, self.best_val_score)
-            self.on_event("update")
+            logger.info(
+                "round %d: %s update for %s (cluster of %d): %s; cluster %s -> %s, val %s (best %.4f)",
+                r,
+                "ACCEPTED" if candidate.accepted else "rejected",
+                cluster.predictor,
+                len(cluster.members),
+                candidate.reason,
+                candidate.cluster_score_before,
+                candidate.cluster_score_after,
+                candidate.val_score,
+                self.best_val_score,
+            )
+            judged = CandidateJudged(candidate, self.best_val_score, self.evaluator.budget.metric_calls)
+            self.emit("on_candidate_accepted" if candidate.accepted else "on_candidate_rejected", judged)
         record.best_val_score = self.best_val_score
         record.metric_calls = self.evaluator.budget.metric_calls
         self.round_index += 1
-        self.on_event("round")
+        self.emit("on_round_end", RoundEnd(record))
         return record

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import dspy
 
 from .budget import Budget
 from .jsonable import digest, example_key
+from .paid_work import PaidWork
 from .parallel import parallel_map
 from .store import Memo
 from .tracing import Outcome, ProgramRunner, Step
@@ -45,14 +46,15 @@ def eval_key(instructions: dict[str, str], example: dspy.Example) -> str:
 
 
 class Evaluator:
+    """Scored program runs, each one metric call, charged before they start."""
+
     def __init__(self, runner: ProgramRunner, memo: Memo, budget: Budget, ledger: UsageLedger, num_threads: int = 1):
         self.runner = runner
-        self.memo = memo
+        self.work: PaidWork[Outcome] = PaidWork(memo, Outcome.to_dict, Outcome.from_dict)
         self.budget = budget
         self.ledger = ledger
         self.num_threads = num_threads
         self.errors: Counter[str] = Counter()
-        self._seen: dict[str, Outcome] = {}
         self._lock = threading.Lock()
 
     def evaluate(self, instructions: dict[str, str], examples: list[dspy.Example], phase: str) -> list[Outcome]:
@@ -63,14 +65,20 @@ class Evaluator:
         outcomes = self.evaluate(instructions, examples, phase)
         return sum(o.score for o in outcomes) / len(outcomes) if outcomes else 0.0
 
-    def intervene(self, instructions: dict[str, str], items: list[Intervention], phase: str = "intervene") -> list[Outcome]:
+    def intervene(
+        self, instructions: dict[str, str], items: list[Intervention], phase: str = "intervene"
+    ) -> list[Outcome]:
         sk = state_key(instructions)
         jobs = [
             (
                 f"hint:{sk}:{example_key(it.example)}:{it.target}:{digest(it.hint)}",
                 lambda it=it: self.runner.run(
-                    it.example, instructions, hint_target=it.target, hint=it.hint,
-                    replay=it.replay, replay_until=it.replay_until,
+                    it.example,
+                    instructions,
+                    hint_target=it.target,
+                    hint=it.hint,
+                    replay=it.replay,
+                    replay_until=it.replay_until,
                 ),
             )
             for it in items
@@ -79,33 +87,27 @@ class Evaluator:
 
     def cost(self, instructions: dict[str, str], examples: list[dspy.Example]) -> int:
         """Metric calls that evaluating ``examples`` under ``instructions`` would charge now."""
-        return len({eval_key(instructions, ex) for ex in examples} - set(self._seen))
+        return len(self.work.pending(eval_key(instructions, ex) for ex in examples))
 
     def _run(self, jobs: list[tuple[str, Callable[[], Outcome]]], phase: str) -> list[Outcome]:
-        fresh: dict[str, Callable[[], Outcome]] = {}
-        for key, thunk in jobs:
-            if key not in self._seen and key not in fresh:
-                fresh[key] = thunk
+        thunks = dict(jobs)
+        fresh = self.work.pending(key for key, _ in jobs)
         self.budget.charge(len(fresh))
 
-        def settle(item: tuple[str, Callable[[], Outcome]]) -> Outcome:
-            key, thunk = item
-            stored = self.memo.get(key)
-            if stored is not None:
-                outcome = Outcome.from_dict(stored)
-            else:
-                outcome = thunk()
-                self.memo.put(key, outcome.to_dict())
-            self.ledger.add("task", phase, outcome.usage)
-            with self._lock:
-                if outcome.attempts > 1:
-                    self.errors["retries"] += outcome.attempts - 1
-                if outcome.error:
-                    self.errors[outcome.error.split(":")[0]] += 1
-                    self.errors[outcome.error] += 1
+        def settle(key: str) -> Outcome:
+            outcome, new = self.work.settle(key, thunks[key])
+            if new:
+                self._count(outcome, phase)
             return outcome
 
-        settled = parallel_map(settle, list(fresh.items()), self.num_threads)
+        parallel_map(settle, fresh, self.num_threads)
+        return [settle(key) for key, _ in jobs]
+
+    def _count(self, outcome: Outcome, phase: str) -> None:
+        self.ledger.add("task", phase, outcome.usage)
         with self._lock:
-            self._seen.update(zip(fresh, settled))
-        return [self._seen[key] for key, _ in jobs]
+            if outcome.attempts > 1:
+                self.errors["retries"] += outcome.attempts - 1
+            if outcome.error:
+                self.errors[outcome.error.split(":")[0]] += 1
+                self.errors[outcome.error] += 1

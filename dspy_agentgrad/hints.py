@@ -34,7 +34,9 @@ def default_hint(example: dspy.Example, pred_name: str, prediction: Any, feedbac
         parts.append(f"Feedback on the failed run: {feedback}")
     if not parts:
         return None
-    parts.append("Produce your own outputs so that the program reaches this result, using the information in your inputs.")
+    parts.append(
+        "Produce your own outputs so that the program reaches this result, using the information in your inputs."
+    )
     return " ".join(parts)
 
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 import inspect
 import math
 import numbers
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 
 class MetricError(TypeError):
@@ -38,11 +39,12 @@ def _accepts_gepa_args(metric: Callable) -> bool:
 class Metric:
     """Wraps the user's metric: a uniform call and strict checking of its result."""
 
-    def __init__(self, metric: Callable, max_score: float = 1.0):
+    def __init__(self, metric: Callable):
         if not callable(metric):
-            raise TypeError(f"metric must be callable as metric(example, pred, trace=None); got {type(metric).__name__}")
+            raise TypeError(
+                f"metric must be callable as metric(example, pred, trace=None); got {type(metric).__name__}"
+            )
         self.fn = metric
-        self.max_score = float(max_score)
         self._gepa_style = _accepts_gepa_args(metric)
 
     def __call__(self, example: Any, prediction: Any) -> MetricResult:

@@ -7,8 +7,9 @@ budget twice).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Sequence, TypeVar
+from typing import TypeVar
 
 from dspy.dsp.utils.settings import thread_local_overrides
 

@@ -7,7 +7,8 @@ ships with litellm (no network fetch).
 from __future__ import annotations
 
 import os
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 
 def price_function(lm: Any) -> Callable[[dict], float]:
@@ -19,7 +20,9 @@ def price_function(lm: Any) -> Callable[[dict], float]:
 
     def price(usage: dict) -> float:
         prompt, completion = litellm.cost_per_token(
-            model=model, prompt_tokens=usage.get("prompt_tokens", 0), completion_tokens=usage.get("completion_tokens", 0)
+            model=model,
+            prompt_tokens=usage.get("prompt_tokens", 0),
+            completion_tokens=usage.get("completion_tokens", 0),
         )
         return float(prompt + completion)
 

@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import dspy
 
 from .budget import Budget
-from .clustering import normalize_clusters
+from .clustering import GradientGroup, normalize_clusters
 from .jsonable import digest, to_jsonable
+from .paid_work import PaidWork
+from .retries import RetryPolicy, error_kind, is_transient
 from .signatures import (
     AbstractGradients,
     ExtractGradient,
@@ -24,7 +27,6 @@ from .signatures import (
     SummarizeGradients,
 )
 from .store import Memo
-from .tracing import RetryPolicy, error_kind, is_transient
 from .usage import UsageLedger, empty_usage, track
 
 MAX_FIELD_CHARS = 3000
@@ -46,37 +48,38 @@ def numbered(texts: list[str]) -> str:
 
 
 class Proposer:
-    def __init__(self, prompt_model: Any, memo: Memo, budget: Budget, ledger: UsageLedger, retry: RetryPolicy,
-                 price: Callable[[dict], float] | None = None):
+    def __init__(
+        self,
+        prompt_model: Any,
+        memo: Memo,
+        budget: Budget,
+        ledger: UsageLedger,
+        retry: RetryPolicy,
+        price: Callable[[dict], float] | None = None,
+    ):
         self.prompt_model = prompt_model
         self.price = price
-        self.memo = memo
+        self.work: PaidWork[dict] = PaidWork(memo, dict, dict)
         self.budget = budget
         self.ledger = ledger
         self.retry = retry
         self.failures: Counter[str] = Counter()
-        self._seen: dict[str, Any] = {}
         self._lock = threading.Lock()
 
     def _call(self, role: str, signature: type[dspy.Signature], inputs: dict[str, Any]) -> dict | None:
         key = f"role:{signature.__name__}:{digest(inputs)}"
-        with self._lock:
-            if key in self._seen:
-                return self._seen[key]
-        record = self.memo.get(key)
-        if record is None:
-            record = self._ask(role, signature, inputs)
-            self.memo.put(key, record)
-        self.ledger.add("prompt", role, record["usage"])
-        usage = record["usage"]
-        self.budget.add_prompt_usage(usage["prompt_tokens"] + usage["completion_tokens"], self.price(usage) if self.price else 0.0)
-        with self._lock:
-            if record["outputs"] is None:
-                self.failures[role] += 1
-            for kind in record.get("errors", []):
-                self.failures[f"{role}:{kind}"] += 1
-        with self._lock:
-            self._seen[key] = record["outputs"]
+        record, new = self.work.settle(key, lambda: self._ask(role, signature, inputs))
+        if new:
+            usage = record["usage"]
+            self.ledger.add("prompt", role, usage)
+            self.budget.add_prompt_usage(
+                usage["prompt_tokens"] + usage["completion_tokens"], self.price(usage) if self.price else 0.0
+            )
+            with self._lock:
+                if record["outputs"] is None:
+                    self.failures[role] += 1
+                for kind in record.get("errors", []):
+                    self.failures[f"{role}:{kind}"] += 1
         return record["outputs"]
 
     def _ask(self, role: str, signature: type[dspy.Signature], inputs: dict[str, Any]) -> dict:
@@ -100,39 +103,63 @@ class Proposer:
         return {"outputs": None, "usage": usage, "errors": errors}
 
     def gradient(self, instruction: str, step_inputs: dict, original: dict, corrected: dict) -> str | None:
-        out = self._call("gradient", ExtractGradient, {
-            "current_instruction": instruction,
-            "step_inputs": format_fields(step_inputs),
-            "original_output": format_fields(original),
-            "corrected_output": format_fields(corrected),
-        })
+        out = self._call(
+            "gradient",
+            ExtractGradient,
+            {
+                "current_instruction": instruction,
+                "step_inputs": format_fields(step_inputs),
+                "original_output": format_fields(original),
+                "corrected_output": format_fields(corrected),
+            },
+        )
         return (out or {}).get("gradient") or None
 
-    def system_gradient(self, instruction: str, program_inputs: dict, program_output: dict, expected: str) -> str | None:
-        out = self._call("gradient", ExtractSystemGradient, {
-            "current_instruction": instruction,
-            "program_inputs": format_fields(program_inputs),
-            "program_output": format_fields(program_output),
-            "expected": expected,
-        })
+    def system_gradient(
+        self, instruction: str, program_inputs: dict, program_output: dict, expected: str
+    ) -> str | None:
+        out = self._call(
+            "gradient",
+            ExtractSystemGradient,
+            {
+                "current_instruction": instruction,
+                "program_inputs": format_fields(program_inputs),
+                "program_output": format_fields(program_output),
+                "expected": expected,
+            },
+        )
         return (out or {}).get("gradient") or None
 
-    def abstract(self, instruction: str, gradients: list[str]) -> list[tuple[list[int], str]] | None:
-        """Clusters as (member indices, generalized gradient); None when the call failed."""
-        out = self._call("abstract", AbstractGradients, {"current_instruction": instruction, "gradients": numbered(gradients)})
+    def abstract(self, instruction: str, gradients: list[str]) -> list[GradientGroup] | None:
+        """Groups of gradients with their generalized gradient; None when the call failed."""
+        out = self._call(
+            "abstract", AbstractGradients, {"current_instruction": instruction, "gradients": numbered(gradients)}
+        )
         if out is None:
             return None
-        raw = [(c.get("members", []), c.get("generalized_gradient", "")) for c in out.get("clusters") or [] if isinstance(c, dict)]
+        raw = [
+            (c.get("members", []), c.get("generalized_gradient", ""))
+            for c in out.get("clusters") or []
+            if isinstance(c, dict)
+        ]
         clusters = normalize_clusters(raw, len(gradients))
         return clusters or None
 
     def summarize(self, instruction: str, gradients: list[str]) -> str | None:
-        out = self._call("abstract", SummarizeGradients, {"current_instruction": instruction, "gradients": numbered(gradients)})
+        out = self._call(
+            "abstract", SummarizeGradients, {"current_instruction": instruction, "gradients": numbered(gradients)}
+        )
         return (out or {}).get("generalized_gradient") or None
 
     def rewrite(self, step_signature: str, instruction: str, feedback: str) -> str | None:
-        out = self._call("rewrite", RewriteInstruction, {
-            "step_signature": step_signature, "current_instruction": instruction, "feedback": feedback,
-        })
+        out = self._call(
+            "rewrite",
+            RewriteInstruction,
+            {
+                "step_signature": step_signature,
+                "current_instruction": instruction,
+                "feedback": feedback,
+            },
+        )
         text = ((out or {}).get("new_instruction") or "").strip()
         return text or None

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dspy
 
 from .jsonable import to_jsonable
+
+if TYPE_CHECKING:
+    from .engine import RoundEngine
+
+RESULT_FORMAT = 1
 
 
 @dataclass
@@ -91,6 +96,8 @@ class RoundRecord:
 
 @dataclass
 class AgentGradResult:
+    """Everything a run decided and spent; ``to_dict``/``from_dict`` round-trip it through JSON."""
+
     best_val_score: float
     initial_val_score: float
     final_instructions: dict[str, str]
@@ -111,6 +118,63 @@ class AgentGradResult:
     options: dict = field(default_factory=dict)
     log_dir: str | None = None
 
+    @classmethod
+    def from_run(
+        cls,
+        engine: RoundEngine,
+        *,
+        initial_instructions: dict[str, str],
+        wall_time_s: float,
+        resumed: bool,
+        options: dict,
+        log_dir: str | None,
+    ) -> AgentGradResult:
+        """The result of ``engine``'s run so far (also used for snapshots while it runs)."""
+        budget = engine.evaluator.budget
+        usage = engine.evaluator.ledger.to_dict()
+        if budget.max_prompt_cost:
+            usage["prompt_cost_usd"] = budget.prompt_cost
+
+        def score(value: float | None) -> float:
+            return float("nan") if value is None else value
+
+        return cls(
+            best_val_score=score(engine.best_val_score),
+            initial_val_score=score(engine.initial_val_score),
+            final_instructions=dict(engine.instructions),
+            initial_instructions=dict(initial_instructions),
+            candidates=list(engine.candidates),
+            rounds=list(engine.rounds),
+            val_history=list(engine.val_history),
+            metric_calls=budget.metric_calls,
+            max_metric_calls=budget.max_metric_calls,
+            usage=usage,
+            program_errors=dict(engine.evaluator.errors),
+            prompt_role_failures=dict(engine.proposer.failures),
+            wall_time_s=wall_time_s,
+            stop_reason=engine.stop_reason,
+            interrupted=engine.interrupted,
+            resumed=resumed,
+            seed=engine.config.seed,
+            options=options,
+            log_dir=log_dir,
+        )
+
+    @classmethod
+    def from_dict(cls, data: dict) -> AgentGradResult:
+        """Read back what :meth:`to_dict` wrote (``result.json``)."""
+        if data.get("format", RESULT_FORMAT) > RESULT_FORMAT:
+            raise ValueError(
+                f"result format {data['format']} is newer than this dspy-agentgrad reads "
+                f"({RESULT_FORMAT}); upgrade dspy-agentgrad"
+            )
+        known = set(cls.__dataclass_fields__)
+        values = {k: v for k, v in data.items() if k in known}
+        values["candidates"] = [CandidateRecord(**c) for c in data.get("candidates", [])]
+        values["rounds"] = [RoundRecord(**r) for r in data.get("rounds", [])]
+        values["val_history"] = [(int(calls), float(score)) for calls, score in data.get("val_history", [])]
+        return cls(**values)
+
     @property
     def accepted(self) -> list[CandidateRecord]:
         return [c for c in self.candidates if c.accepted]
@@ -124,7 +188,7 @@ class AgentGradResult:
         return sum(r.hard_cases for r in self.rounds)
 
     def to_dict(self) -> dict:
-        data = asdict(self)
+        data = {"format": RESULT_FORMAT, **asdict(self)}
         data["val_history"] = [list(p) for p in self.val_history]
         data["hard_cases_total"] = self.hard_cases
         return to_jsonable(data)
@@ -137,7 +201,8 @@ class AgentGradResult:
             f"- metric calls: {self.metric_calls}" + (f" of {self.max_metric_calls}" if self.max_metric_calls else ""),
             f"- rounds: {len(self.rounds)}; stop: {self.stop_reason}; wall time: {self.wall_time_s:.1f} s",
             f"- task LM: {self.usage.get('task', {})}; prompt LM: {self.usage.get('prompt', {})}",
-            f"- program errors: {self.program_errors or 'none'}; prompt-LM role failures: {self.prompt_role_failures or 'none'}",
+            f"- program errors: {self.program_errors or 'none'}; "
+            f"prompt-LM role failures: {self.prompt_role_failures or 'none'}",
             "",
             "## Rounds",
             "",
@@ -147,16 +212,27 @@ class AgentGradResult:
         for r in self.rounds:
             attributed = ", ".join(f"{k}: {v}" for k, v in r.attributed.items() if v) or "-"
             best = "-" if r.best_val_score is None else f"{r.best_val_score:.4f}"
-            lines.append(f"| {r.round} | {r.min_cluster_size} | {r.batch_size} | {r.failures} | {attributed} | "
-                         f"{r.hard_cases} | {r.clusters} | {r.accepted}/{r.candidates} | {best} |")
-        lines += ["", "## Candidates", "", "| round | predictor | cluster | cluster before -> after | val | decision |",
-                  "|---|---|---|---|---|---|"]
+            lines.append(
+                f"| {r.round} | {r.min_cluster_size} | {r.batch_size} | {r.failures} | {attributed} | "
+                f"{r.hard_cases} | {r.clusters} | {r.accepted}/{r.candidates} | {best} |"
+            )
+        lines += [
+            "",
+            "## Candidates",
+            "",
+            "| round | predictor | cluster | cluster before -> after | val | decision |",
+            "|---|---|---|---|---|---|",
+        ]
         for c in self.candidates:
+
             def fmt(x):
                 return "-" if x is None else f"{x:.3f}"
+
             decision = "accepted" if c.accepted else f"rejected ({c.reason})"
-            lines.append(f"| {c.round} | {c.predictor} | {c.cluster_size} | {fmt(c.cluster_score_before)} -> "
-                         f"{fmt(c.cluster_score_after)} | {fmt(c.val_score)} | {decision} |")
+            lines.append(
+                f"| {c.round} | {c.predictor} | {c.cluster_size} | {fmt(c.cluster_score_before)} -> "
+                f"{fmt(c.cluster_score_after)} | {fmt(c.val_score)} | {decision} |"
+            )
         lines += ["", "## Final instructions", ""]
         for name, text in self.final_instructions.items():
             lines += [f"### {name}", "", "```", text, "```", ""]

@@ -11,17 +11,21 @@ each other's hint or instructions.
 from __future__ import annotations
 
 import contextvars
-import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import dspy
 
 from .jsonable import to_jsonable
 from .metric import Metric
+from .retries import RetryPolicy, error_kind, is_transient
 from .usage import empty_usage, track
 
 HINT_HEADER = "Hint for this example only (use it to produce a correct output):"
+HINT_FIELD = "hint_"
+HINT_FIELD_DESC = "a hint for this example only: use it to produce a correct output"
+HINT_DELIVERIES = ("input_field", "instruction")
 
 
 @dataclass
@@ -71,7 +75,7 @@ class Outcome:
         }
 
     @classmethod
-    def from_dict(cls, data: dict) -> "Outcome":
+    def from_dict(cls, data: dict) -> Outcome:
         return cls(
             score=data["score"],
             feedback=data.get("feedback", ""),
@@ -100,7 +104,19 @@ def hinted_instruction(instruction: str, hint: str) -> str:
     return f"{instruction}\n\n{HINT_HEADER}\n{hint}"
 
 
-def _intercept(predictor: dspy.Predict, name: str, original: Callable) -> Callable:
+def hinted_call(signature: type[dspy.Signature], instruction: str, hint: str, delivery: str, kwargs: dict):
+    """The signature and inputs of a hinted call.
+
+    ``input_field`` passes the hint as an extra input field next to the step's inputs (as
+    ``dspy.Refine`` passes its advice); ``instruction`` appends it to the instruction.
+    """
+    if delivery == "instruction":
+        return signature.with_instructions(hinted_instruction(instruction, hint)), kwargs
+    hinted = signature.with_instructions(instruction).append(HINT_FIELD, dspy.InputField(desc=HINT_FIELD_DESC), str)
+    return hinted, {**kwargs, HINT_FIELD: hint}
+
+
+def _intercept(predictor: dspy.Predict, name: str, original: Callable, delivery: str) -> Callable:
     def forward(**kwargs):
         control = _ACTIVE.get()
         if control is None:
@@ -115,44 +131,11 @@ def _intercept(predictor: dspy.Predict, name: str, original: Callable) -> Callab
             return prediction
         instruction = control.instructions[name]
         if name == control.hint_target and control.hint:
-            instruction = hinted_instruction(instruction, control.hint)
+            signature, inputs = hinted_call(predictor.signature, instruction, control.hint, delivery, kwargs)
+            return original(signature=signature, **inputs)
         return original(signature=predictor.signature.with_instructions(instruction), **kwargs)
 
     return forward
-
-
-TRANSIENT_NAMES = ("RateLimit", "Timeout", "Connection", "ServiceUnavailable", "InternalServer", "Overloaded", "Transport", "ServerError")
-
-
-def is_transient(error: BaseException) -> bool:
-    """Errors worth retrying: rate limits, timeouts, connection and server failures."""
-    seen = set()
-    while error is not None and id(error) not in seen:
-        seen.add(id(error))
-        if isinstance(error, (TimeoutError, ConnectionError)):
-            return True
-        if any(part in type(error).__name__ for part in TRANSIENT_NAMES):
-            return True
-        error = error.__cause__ or error.__context__
-    return False
-
-
-def error_kind(error: BaseException) -> str:
-    if is_transient(error):
-        return "transient:" + type(error).__name__
-    if "Parse" in type(error).__name__:
-        return "parse:" + type(error).__name__
-    return "error:" + type(error).__name__
-
-
-@dataclass
-class RetryPolicy:
-    attempts: int = 3
-    backoff_s: float = 1.0
-
-    def wait(self, attempt: int) -> None:
-        if self.backoff_s > 0:
-            time.sleep(self.backoff_s * (2 ** (attempt - 1)))
 
 
 class ProgramRunner:
@@ -163,7 +146,14 @@ class ProgramRunner:
     count as a success.
     """
 
-    def __init__(self, student: dspy.Module, metric: Metric, task_model: Any = None, retry: RetryPolicy | None = None):
+    def __init__(
+        self,
+        student: dspy.Module,
+        metric: Metric,
+        task_model: Any = None,
+        retry: RetryPolicy | None = None,
+        hint_delivery: str = "input_field",
+    ):
         self.program = student.deepcopy()
         self.metric = metric
         self.task_model = task_model
@@ -172,7 +162,7 @@ class ProgramRunner:
         for name, predictor in self.program.named_predictors():
             self.names[id(predictor)] = name
             original = type(predictor).forward.__get__(predictor)  # not via getattr: DSPy warns on that
-            predictor.forward = _intercept(predictor, name, original)
+            predictor.forward = _intercept(predictor, name, original, hint_delivery)
 
     def run(
         self,
@@ -192,7 +182,10 @@ class ProgramRunner:
             trace: list = []
             token = _ACTIVE.set(control)
             try:
-                with track() as usage, dspy.context(trace=trace, **({"lm": self.task_model} if self.task_model else {})):
+                with (
+                    track() as usage,
+                    dspy.context(trace=trace, **({"lm": self.task_model} if self.task_model else {})),
+                ):
                     prediction = self.program(**example.inputs())
                 error = None
             except Exception as exc:  # LM errors, parse failures: scored as failure, never as success
@@ -209,7 +202,19 @@ class ProgramRunner:
                 for p, inputs, pred in trace
             ]
             if error is not None:
-                return Outcome(0.0, f"The program failed: {error_kind(error)}: {error}", error_kind(error), steps, {}, total_usage, attempt)
+                return Outcome(
+                    0.0,
+                    f"The program failed: {error_kind(error)}: {error}",
+                    error_kind(error),
+                    steps,
+                    {},
+                    total_usage,
+                    attempt,
+                )
             result = self.metric(example, prediction)
-            outputs = to_jsonable(dict(prediction.items())) if hasattr(prediction, "items") else {"output": to_jsonable(prediction)}
+            outputs = (
+                to_jsonable(dict(prediction.items()))
+                if hasattr(prediction, "items")
+                else {"output": to_jsonable(prediction)}
+            )
             return Outcome(result.score, result.feedback, None, steps, outputs, total_usage, attempt)

@@ -20,9 +20,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 import dspy  # noqa: E402
+from world import Pipeline, World, feedback_metric, make_data, world_lm  # noqa: E402
 
 from dspy_agentgrad import AgentGrad  # noqa: E402
-from world import Pipeline, World, feedback_metric, make_data, world_lm  # noqa: E402
 
 KILL_WHAT, _, KILL_N = os.environ.get("KILL_AT", ":0").partition(":")
 seen: Counter[str] = Counter()
@@ -55,9 +55,18 @@ def main(log_dir: str, out: str) -> None:
     dspy.configure(lm=world_lm(KillableWorld()))
     train = make_data({"extract": 3, "notes": 2, "answer": 2, "either": 1, "none": 2})
     val = make_data({"extract": 2, "notes": 2, "answer": 1, "none": 2}, start=50)
-    optimizer = AgentGrad(metric, auto=None, max_rounds=3, cluster_schedule=(2, 1), train_batch_size=6, seed=1,
-                          log_dir=log_dir, num_threads=int(os.environ.get("THREADS", "1")), progress=False,
-                          retry_backoff_s=0)
+    optimizer = AgentGrad(
+        metric,
+        auto=None,
+        max_rounds=3,
+        cluster_schedule=(2, 1),
+        train_batch_size=6,
+        seed=1,
+        log_dir=log_dir,
+        num_threads=int(os.environ.get("THREADS", "1")),
+        progress=False,
+        retry_backoff_s=0,
+    )
     result = optimizer.compile(Pipeline(), trainset=train, valset=val).detailed_results
     Path(out).write_text(json.dumps(result.to_dict()))
 

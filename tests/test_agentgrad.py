@@ -6,9 +6,9 @@ import json
 
 import dspy
 import pytest
-
-from dspy_agentgrad import AgentGrad, MetricError, auto_budget, default_hint
 from world import Pipeline, World, dumps, feedback_metric, instructions, make_data, metric, partial_metric, world_lm
+
+from dspy_agentgrad import AgentGrad, AgentGradResult, MetricError, auto_budget, default_hint
 
 FAST = dict(retry_backoff_s=0, progress=False)
 
@@ -36,6 +36,7 @@ def counted(metric_fn):
 
 
 # ---- steps 1-2: attribution ---------------------------------------------------------------------
+
 
 def test_blame_goes_to_the_faulty_predictor_in_call_order(world):
     program = Pipeline()
@@ -71,7 +72,9 @@ def test_upstream_predictors_replay_and_only_the_target_and_later_run_live(world
 def test_hard_cases_are_left_out_of_the_round(world):
     train = make_data({"extract+notes": 2, "extract": 2})
     val = make_data({"extract": 2, "none": 2}, start=50)
-    result = optimizer(max_rounds=1, cluster_schedule=(1,)).compile(Pipeline(), trainset=train, valset=val).detailed_results
+    result = (
+        optimizer(max_rounds=1, cluster_schedule=(1,)).compile(Pipeline(), trainset=train, valset=val).detailed_results
+    )
     assert result.rounds[0].hard_cases == 2
     assert result.rounds[0].attributed == {"extract": 2, "notes": 0, "answer": 0}
     assert [c.cluster_size for c in result.candidates] == [2]
@@ -107,12 +110,15 @@ def test_default_hint_carries_labels_and_feedback():
 
 # ---- step 5: updates and acceptance -------------------------------------------------------------
 
+
 def test_rewrite_that_wins_its_cluster_but_loses_validation_is_rejected():
     world = World(overfit=("extract",))
     dspy.configure(lm=world_lm(world))
     train = make_data({"extract": 2, "notes": 2})
     val = make_data({"extract": 1, "notes": 1, "none": 4}, start=50)
-    result = optimizer(max_rounds=1, cluster_schedule=(1,)).compile(Pipeline(), trainset=train, valset=val).detailed_results
+    result = (
+        optimizer(max_rounds=1, cluster_schedule=(1,)).compile(Pipeline(), trainset=train, valset=val).detailed_results
+    )
     by_predictor = {c.predictor: c for c in result.candidates}
     extract, notes = by_predictor["extract"], by_predictor["notes"]
     assert (extract.cluster_score_before, extract.cluster_score_after) == (0.0, 1.0)
@@ -126,14 +132,20 @@ def test_rewrite_that_wins_its_cluster_but_loses_validation_is_rejected():
 def test_clusters_are_applied_largest_first(world):
     train = make_data({"answer": 1, "notes": 2, "extract": 3})
     val = make_data({"none": 2, "answer": 1}, start=50)
-    result = optimizer(max_rounds=1, cluster_schedule=(1,)).compile(Pipeline(), trainset=train, valset=val).detailed_results
+    result = (
+        optimizer(max_rounds=1, cluster_schedule=(1,)).compile(Pipeline(), trainset=train, valset=val).detailed_results
+    )
     assert [(c.predictor, c.cluster_size) for c in result.candidates] == [("extract", 3), ("notes", 2), ("answer", 1)]
 
 
 def test_cyclic_schedule_changes_minimum_cluster_size_and_small_clusters_wait(world):
     train = make_data({"extract": 3, "notes": 2, "answer": 1})
     val = make_data({"extract": 1, "notes": 1, "answer": 1, "none": 1}, start=50)
-    result = optimizer(max_rounds=3, cluster_schedule=(3, 2, 1)).compile(Pipeline(), trainset=train, valset=val).detailed_results
+    result = (
+        optimizer(max_rounds=3, cluster_schedule=(3, 2, 1))
+        .compile(Pipeline(), trainset=train, valset=val)
+        .detailed_results
+    )
     assert [r.min_cluster_size for r in result.rounds] == [3, 2, 1]
     first = result.rounds[0]
     assert first.clusters == 1 and first.waiting == 3
@@ -145,13 +157,17 @@ def test_cyclic_schedule_changes_minimum_cluster_size_and_small_clusters_wait(wo
 
 # ---- budget, threads, copies, persistence --------------------------------------------------------
 
+
 @pytest.mark.parametrize("cap", [3, 9, 20, 33, 47])
 def test_budget_is_never_exceeded(world, cap):
     metric_fn, calls = counted(feedback_metric)
     train = make_data({"extract": 3, "notes": 2, "answer": 1, "none": 2})
     val = make_data({"extract": 1, "notes": 1, "none": 2}, start=50)
-    result = optimizer(metric_fn, max_rounds=None, max_metric_calls=cap).compile(
-        Pipeline(), trainset=train, valset=val).detailed_results
+    result = (
+        optimizer(metric_fn, max_rounds=None, max_metric_calls=cap)
+        .compile(Pipeline(), trainset=train, valset=val)
+        .detailed_results
+    )
     assert len(calls) <= cap
     assert result.metric_calls == len(calls)
     assert result.max_metric_calls == cap
@@ -180,7 +196,9 @@ def test_results_are_identical_with_1_and_4_threads():
         dspy.configure(lm=world_lm(World()))
         train = make_data({"extract": 3, "notes": 2, "answer": 2, "either": 1, "none": 4})
         val = make_data({"extract": 2, "notes": 1, "answer": 1, "none": 3}, start=50)
-        compiled = optimizer(num_threads=threads, max_rounds=3, train_batch_size=6).compile(Pipeline(), trainset=train, valset=val)
+        compiled = optimizer(num_threads=threads, max_rounds=3, train_batch_size=6).compile(
+            Pipeline(), trainset=train, valset=val
+        )
         runs.append(_comparable(compiled.detailed_results))
     assert runs[0] == runs[1]
 
@@ -188,8 +206,9 @@ def test_results_are_identical_with_1_and_4_threads():
 def test_input_program_is_not_mutated_and_result_is_a_new_program(world):
     program = Pipeline()
     before = instructions(program)
-    compiled = optimizer().compile(program, trainset=make_data({"extract": 2, "notes": 2}),
-                                   valset=make_data({"extract": 1, "notes": 1}, start=50))
+    compiled = optimizer().compile(
+        program, trainset=make_data({"extract": 2, "notes": 2}), valset=make_data({"extract": 1, "notes": 1}, start=50)
+    )
     assert instructions(program) == before
     assert all("forward" not in vars(p) for _, p in program.named_predictors())
     assert not hasattr(program, "detailed_results")
@@ -198,8 +217,11 @@ def test_input_program_is_not_mutated_and_result_is_a_new_program(world):
 
 
 def test_compiled_program_saves_and_loads(world, tmp_path):
-    compiled = optimizer().compile(Pipeline(), trainset=make_data({"extract": 2, "notes": 2}),
-                                   valset=make_data({"extract": 1, "notes": 1}, start=50))
+    compiled = optimizer().compile(
+        Pipeline(),
+        trainset=make_data({"extract": 2, "notes": 2}),
+        valset=make_data({"extract": 1, "notes": 1}, start=50),
+    )
     path = tmp_path / "program.json"
     compiled.save(str(path))
     loaded = Pipeline()
@@ -218,9 +240,20 @@ def test_end_to_end_compile_raises_the_score_to_the_maximum(world, tmp_path):
     assert result.initial_val_score < 0.5 and result.best_val_score == 1.0
     assert baseline < 50 and dspy.Evaluate(devset=test, metric=metric, display_progress=False)(compiled).score == 100.0
     saved = json.loads((tmp_path / "result.json").read_text())
-    assert saved["best_val_score"] == 1.0 and saved["accepted"] if "accepted" in saved else True
+    assert saved["best_val_score"] == 1.0
+    assert [c["predictor"] for c in saved["candidates"] if c["accepted"]] == [c.predictor for c in result.accepted]
+    assert result.accepted and all(c["val_score"] is not None for c in saved["candidates"] if c["accepted"])
+    assert AgentGradResult.from_dict(saved).to_dict() == saved
     assert (tmp_path / "result.md").read_text().startswith("# AgentGrad run")
-    assert set(result.usage["by_phase"]) >= {"evaluate", "intervene", "minibatch", "validate", "gradient", "abstract", "rewrite"}
+    assert set(result.usage["by_phase"]) >= {
+        "evaluate",
+        "intervene",
+        "minibatch",
+        "validate",
+        "gradient",
+        "abstract",
+        "rewrite",
+    }
     assert result.usage["task"]["calls"] > 0 and result.usage["prompt"]["calls"] > 0
     assert result.usage["prompt"]["prompt_tokens"] > 0
 
@@ -237,10 +270,13 @@ def test_validation_results_are_reused_not_recomputed(world):
 
 # ---- faults --------------------------------------------------------------------------------------
 
+
 def test_lm_errors_score_as_failures_and_are_counted(world):
     train = make_data({"boom": 2, "extract": 2})
     val = make_data({"boom": 1, "extract": 1, "none": 2}, start=50)
-    result = optimizer(max_rounds=1, cluster_schedule=(1,)).compile(Pipeline(), trainset=train, valset=val).detailed_results
+    result = (
+        optimizer(max_rounds=1, cluster_schedule=(1,)).compile(Pipeline(), trainset=train, valset=val).detailed_results
+    )
     assert result.initial_val_score == 0.5
     assert result.program_errors["error"] >= 3
     assert result.best_val_score == 0.75  # the crashing examples never count as solved
@@ -250,29 +286,45 @@ def test_lm_errors_score_as_failures_and_are_counted(world):
 def test_failing_aggregator_falls_back_to_tfidf_and_the_run_goes_on():
     world = World(garbage_roles=True)
     dspy.configure(lm=world_lm(world))
-    result = optimizer(max_rounds=1, cluster_schedule=(1,)).compile(
-        Pipeline(), trainset=make_data({"extract": 2, "notes": 2}), valset=make_data({"extract": 1, "notes": 1}, start=50)
-    ).detailed_results
+    result = (
+        optimizer(max_rounds=1, cluster_schedule=(1,))
+        .compile(
+            Pipeline(),
+            trainset=make_data({"extract": 2, "notes": 2}),
+            valset=make_data({"extract": 1, "notes": 1}, start=50),
+        )
+        .detailed_results
+    )
     assert result.prompt_role_failures["abstract"] >= 1
     assert result.best_val_score == 1.0
 
 
 # ---- ablations -----------------------------------------------------------------------------------
 
+
 def test_ablation_switches_change_the_algorithm(world):
     train = make_data({"extract": 2, "notes": 2})
     val = make_data({"extract": 1, "notes": 1}, start=50)
-    no_target = optimizer(max_rounds=1, target_identification=False).compile(Pipeline(), trainset=train, valset=val).detailed_results
+    no_target = (
+        optimizer(max_rounds=1, target_identification=False)
+        .compile(Pipeline(), trainset=train, valset=val)
+        .detailed_results
+    )
     # round-robin: round 0 blames the first predictor in execution order for every failure
     assert no_target.rounds[0].attributed == {"extract": 4, "notes": 0, "answer": 0}
     before = world.calls["abstract"]
     optimizer(max_rounds=1, semantic_abstraction=False).compile(Pipeline(), trainset=train, valset=val)
     assert world.calls["abstract"] == before
-    system = optimizer(max_rounds=2, agent_supervision=False).compile(Pipeline(), trainset=train, valset=val).detailed_results
+    system = (
+        optimizer(max_rounds=2, agent_supervision=False)
+        .compile(Pipeline(), trainset=train, valset=val)
+        .detailed_results
+    )
     assert system.best_val_score == 1.0
 
 
 # ---- input checks --------------------------------------------------------------------------------
+
 
 class NoPredictors(dspy.Module):
     def forward(self, question):
@@ -308,7 +360,11 @@ def test_bad_inputs_get_clear_errors(world):
 def test_plain_gepa_and_dict_metrics_are_accepted(world):
     train, val = make_data({"extract": 2}), make_data({"extract": 1, "none": 1}, start=50)
     for metric_fn in (metric, feedback_metric, lambda e, p, t=None: {"score": metric(e, p), "feedback": "x"}):
-        result = optimizer(metric_fn, max_rounds=1, cluster_schedule=(1,)).compile(Pipeline(), trainset=train, valset=val).detailed_results
+        result = (
+            optimizer(metric_fn, max_rounds=1, cluster_schedule=(1,))
+            .compile(Pipeline(), trainset=train, valset=val)
+            .detailed_results
+        )
         assert (result.initial_val_score, result.best_val_score) == (0.5, 1.0)
 
 

@@ -6,7 +6,7 @@ import pytest
 from benchmarks import common
 from benchmarks.common import BM25Search, doc_title, normalize_answer, split_examples
 from benchmarks.lms import UsageMeter, make_lm, parse_spec
-from dspy_agentgrad.fake_lm import RuleEngine, fake_lm
+from dspy_agentgrad.testing import RuleEngine, fake_lm
 
 
 @pytest.fixture(autouse=True)
@@ -17,7 +17,6 @@ def _restore_dspy_cache():
     saved = dspy.cache
     yield
     dspy.cache = saved
-
 
 
 def test_data_dir_defaults_to_shared_beside_repo(monkeypatch):
@@ -44,11 +43,14 @@ def test_split_is_deterministic_disjoint_and_strict():
         split_examples(items, [10, 10, 1], seed=0)
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("The Beatles!", "beatles"),
-    ("  an   Apple, a day ", "apple day"),
-    ("U.S.A.", "usa"),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("The Beatles!", "beatles"),
+        ("  an   Apple, a day ", "apple day"),
+        ("U.S.A.", "usa"),
+    ],
+)
 def test_normalize_answer(text, expected):
     assert normalize_answer(text) == expected
 
@@ -74,7 +76,8 @@ def test_wiki_corpus_reads_cached_file(monkeypatch, tmp_path):
     folder = tmp_path / "wiki_abstracts_2017"
     folder.mkdir()
     (folder / common.WIKI_ABSTRACTS_FILE).write_text(
-        '{"title": "Alpha", "text": ["First.", "Second."]}\n{"title": "Beta", "text": ["Other."]}\n')
+        '{"title": "Alpha", "text": ["First.", "Second."]}\n{"title": "Beta", "text": ["Other."]}\n'
+    )
     path = common.wiki_abstracts_path(download=False)
     assert common.load_wiki_abstracts(path) == ["Alpha | First. Second.", "Beta | Other."]
 
@@ -153,12 +156,16 @@ def test_local_lm_is_imported_lazily(monkeypatch):
     import sys
     import types
 
-    code = ("import sys, benchmarks.run, benchmarks.harness, benchmarks.lms\n"
-            "assert 'dspy_agentgrad.local_lm' not in sys.modules, 'local_lm imported eagerly'\nprint('OK')")
-    out = subprocess.run([sys.executable, "-c", code], cwd=common.REPO_ROOT, capture_output=True, text=True, timeout=120)
+    code = (
+        "import sys, benchmarks.run, benchmarks.harness, benchmarks.lms\n"
+        "assert 'dspy_agentgrad.embedded_lm' not in sys.modules, 'the embedded LM imported eagerly'\nprint('OK')"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=common.REPO_ROOT, capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0 and "OK" in out.stdout, out.stderr
     sentinel = fake_lm(lambda call: {"answer": "local"})
-    module = types.ModuleType("dspy_agentgrad.local_lm")
+    module = types.ModuleType("dspy_agentgrad.embedded_lm")
     module.local_lm = lambda: sentinel
-    monkeypatch.setitem(sys.modules, "dspy_agentgrad.local_lm", module)
+    monkeypatch.setitem(sys.modules, "dspy_agentgrad.embedded_lm", module)
     assert make_lm("local") is sentinel

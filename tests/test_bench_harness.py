@@ -8,7 +8,7 @@ import pytest
 from benchmarks import load_benchmark
 from benchmarks.fake_world import BenchWorld, fix_token
 from benchmarks.harness import CountingMetric, OptimizerRun, mipro_plan, run_optimizer, running_best
-from dspy_agentgrad.fake_lm import fake_lm
+from dspy_agentgrad.testing import fake_lm
 
 
 @pytest.fixture(autouse=True)
@@ -33,9 +33,22 @@ def world_bench():
 
 def _run(name, bench, world, tmp_path, **kw):
     task, prompt = fake_lm(world), fake_lm(world)
-    return run_optimizer(name, bench.make_program(), bench.trainset, bench.valset, bench.metric,
-                         task_lm=task, prompt_lm=prompt, max_metric_calls=kw.pop("budget", BUDGET), seed=0,
-                         num_threads=2, hint_fn=bench.hint, log_dir=tmp_path / name, cache_dir="off", **kw)
+    return run_optimizer(
+        name,
+        bench.make_program(),
+        bench.trainset,
+        bench.valset,
+        bench.metric,
+        task_lm=task,
+        prompt_lm=prompt,
+        max_metric_calls=kw.pop("budget", BUDGET),
+        seed=0,
+        num_threads=2,
+        hint_fn=bench.hint,
+        log_dir=tmp_path / name,
+        cache_dir="off",
+        **kw,
+    )
 
 
 def test_baseline_scores_the_unchanged_program(world_bench, tmp_path):

@@ -7,7 +7,7 @@ from benchmarks import load_benchmark
 from benchmarks.fake_world import BenchWorld, fix_token
 from benchmarks.hotpotqa import HotpotMultiHop, answer_exact_match, hint, make_search
 from benchmarks.hotpotqa.data import offline_splits, pooled_corpus, read_rows
-from dspy_agentgrad.fake_lm import fake_lm
+from dspy_agentgrad.testing import fake_lm
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +46,11 @@ def test_program_runs_four_predictors_in_order(bench):
     world = BenchWorld(bench.trainset + bench.valset + bench.testset, easy_every=10**9)
     program = bench.make_program()
     assert [n for n, _ in program.named_predictors()] == [
-        "summarize1.predict", "create_query_hop2.predict", "summarize2.predict", "final_answer.predict"]
+        "summarize1.predict",
+        "create_query_hop2.predict",
+        "summarize2.predict",
+        "final_answer.predict",
+    ]
     ex = bench.valset[0]
     with dspy.context(lm=fake_lm(world), trace=[]):
         pred = program(**ex.inputs())
@@ -66,8 +70,15 @@ def test_program_runs_four_predictors_in_order(bench):
 def test_program_with_fixture_corpus():
     search, name = make_search(["Ada Lovelace | mathematician", "Charles Babbage | engineer", "Other | text"])
     assert name == "fixture"
-    world = BenchWorld([dspy.Example(question="Who worked with Charles Babbage?", answer="Ada Lovelace",
-                                     gold_titles=["Ada Lovelace", "Charles Babbage"])])
+    world = BenchWorld(
+        [
+            dspy.Example(
+                question="Who worked with Charles Babbage?",
+                answer="Ada Lovelace",
+                gold_titles=["Ada Lovelace", "Charles Babbage"],
+            )
+        ]
+    )
     with dspy.context(lm=fake_lm(world)):
         pred = HotpotMultiHop(search, k=2)(question="Who worked with Charles Babbage?")
     assert pred.hop1_titles[0] == "Charles Babbage" and len(pred.hop2_titles) == 2
@@ -101,7 +112,10 @@ def test_online_source_code_path(monkeypatch):
     class FakeHotPotQA:
         def __init__(self, **kwargs):
             captured.update(kwargs)
-            mk = lambda i: dspy.Example(id=f"x{i}", question=f"q{i}?", answer=f"a{i}", gold_titles={f"T{i}", "U"})
+
+            def mk(i):
+                return dspy.Example(id=f"x{i}", question=f"q{i}?", answer=f"a{i}", gold_titles={f"T{i}", "U"})
+
             self.train = [mk(i) for i in range(kwargs["train_size"])]
             self.dev = [mk(100 + i) for i in range(kwargs["dev_size"])]
 

@@ -7,7 +7,7 @@ from benchmarks import load_benchmark
 from benchmarks.common import CorpusUnavailable
 from benchmarks.hover import HoverMultiHop, discrete_retrieval, hint, load_claims, make_search
 from benchmarks.hover.program import K_PER_HOP
-from dspy_agentgrad.fake_lm import fake_lm
+from dspy_agentgrad.testing import fake_lm
 
 CLAIM = "The Zorblat Quartet recorded Moonfall Serenade, written by a poet from Quillford."
 TITLES = ["Zorblat Quartet", "Moonfall Serenade", "Quillford"]
@@ -51,7 +51,11 @@ def test_program_retrieves_7_7_10_and_names_predictors():
     assert name == "fixture" and K_PER_HOP == (7, 7, 10)
     program = HoverMultiHop(search)
     assert [n for n, _ in program.named_predictors()] == [
-        "summarize1.predict", "create_query_hop2.predict", "summarize2.predict", "create_query_hop3.predict"]
+        "summarize1.predict",
+        "create_query_hop2.predict",
+        "summarize2.predict",
+        "create_query_hop3.predict",
+    ]
     with dspy.context(lm=fake_lm(_rule)):
         pred = program(claim=CLAIM)
     assert [len(h) for h in pred.hop_titles] == [7, 7, 10]

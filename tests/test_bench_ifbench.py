@@ -11,7 +11,7 @@ from benchmarks import load_benchmark
 from benchmarks.common import REPO_ROOT, data_file
 from benchmarks.ifbench import IFBenchTwoStage, constraint_fraction, hint, read_examples
 from benchmarks.ifbench.verifiers import check_constraints, ifbench_registry, ifeval_registry
-from dspy_agentgrad.fake_lm import fake_lm
+from dspy_agentgrad.testing import fake_lm
 
 
 def _ex(suite, ids, kwargs, query="Write something."):
@@ -31,10 +31,12 @@ def test_splits_and_sizes():
 
 
 def test_every_constraint_id_in_the_data_has_a_verifier():
-    bench_ids = {i for e in read_examples(data_file("ifbench", "IFBench_test.jsonl"), "ifbench")
-                 for i in e.instruction_id_list}
-    eval_ids = {i for e in read_examples(data_file("ifeval", "input_data.jsonl"), "ifeval")
-                for i in e.instruction_id_list}
+    bench_ids = {
+        i for e in read_examples(data_file("ifbench", "IFBench_test.jsonl"), "ifbench") for i in e.instruction_id_list
+    }
+    eval_ids = {
+        i for e in read_examples(data_file("ifeval", "input_data.jsonl"), "ifeval") for i in e.instruction_id_list
+    }
     assert bench_ids <= set(ifbench_registry())
     assert eval_ids <= set(ifeval_registry())
     assert len(eval_ids - set(ifbench_registry())) > 0  # why a second verifier package is needed

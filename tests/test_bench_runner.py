@@ -17,15 +17,33 @@ def _restore_dspy_cache():
     dspy.cache = saved
 
 
-ARGS = ["--task-lm", "fake", "--prompt-lm", "fake", "--max-metric-calls", "60", "--train", "8", "--val", "6",
-        "--test", "6", "--num-threads", "2", "--seed", "0"]
+ARGS = [
+    "--task-lm",
+    "fake",
+    "--prompt-lm",
+    "fake",
+    "--max-metric-calls",
+    "60",
+    "--train",
+    "8",
+    "--val",
+    "6",
+    "--test",
+    "6",
+    "--num-threads",
+    "2",
+    "--seed",
+    "0",
+]
 
 
 @pytest.fixture(scope="module")
 def hotpot_out(tmp_path_factory):
     out = tmp_path_factory.mktemp("hotpot")
-    code = run.main(["--bench", "hotpotqa", "--corpus", "pooled", "--optimizers", "agentgrad,gepa,miprov2",
-                     "--out", str(out)] + ARGS)
+    code = run.main(
+        ["--bench", "hotpotqa", "--corpus", "pooled", "--optimizers", "agentgrad,gepa,miprov2", "--out", str(out)]
+        + ARGS
+    )
     assert code == 0
     return out
 
@@ -43,8 +61,12 @@ def test_outputs_exist_and_hold_the_comparison(hotpot_out):
         assert entry["status"] == "done"
         assert entry["gain"] == pytest.approx(entry["test_score"] - base)
         assert set(entry["usage"]) >= {"task", "prompt"} and entry["usage"]["task"]["calls"] > 0
-        assert set(entry["instructions"]) == {"summarize1.predict", "create_query_hop2.predict",
-                                              "summarize2.predict", "final_answer.predict"}
+        assert set(entry["instructions"]) == {
+            "summarize1.predict",
+            "create_query_hop2.predict",
+            "summarize2.predict",
+            "final_answer.predict",
+        }
         assert entry["wall_time_s"] >= 0 and entry["test_metric_calls"] == 6
         assert (hotpot_out / "programs" / "hotpotqa" / f"{name}.json").exists()
         if name != "baseline":
@@ -66,8 +88,19 @@ def test_rerun_resumes_without_rerunning_finished_optimizers(hotpot_out, monkeyp
         raise AssertionError("a finished optimizer was run again")
 
     monkeypatch.setattr(run, "run_optimizer", boom)
-    code = run.main(["--bench", "hotpotqa", "--corpus", "pooled", "--optimizers", "agentgrad,gepa,miprov2",
-                     "--out", str(hotpot_out)] + ARGS)
+    code = run.main(
+        [
+            "--bench",
+            "hotpotqa",
+            "--corpus",
+            "pooled",
+            "--optimizers",
+            "agentgrad,gepa,miprov2",
+            "--out",
+            str(hotpot_out),
+        ]
+        + ARGS
+    )
     assert code == 0
     after = json.loads((hotpot_out / "results.json").read_text())
     assert after["benchmarks"] == before["benchmarks"]
@@ -75,15 +108,18 @@ def test_rerun_resumes_without_rerunning_finished_optimizers(hotpot_out, monkeyp
 
 def test_resume_refuses_other_settings(hotpot_out):
     with pytest.raises(SystemExit, match="different settings"):
-        run.main(["--bench", "hotpotqa", "--corpus", "pooled", "--out", str(hotpot_out)]
-                 + [a if a != "60" else "61" for a in ARGS])
+        run.main(
+            ["--bench", "hotpotqa", "--corpus", "pooled", "--out", str(hotpot_out)]
+            + [a if a != "60" else "61" for a in ARGS]
+        )
 
 
 def test_hover_without_corpus_is_reported_not_crashed(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("AGENTGRAD_OFFLINE", "1")
     monkeypatch.setenv("AGENTGRAD_CACHE_DIR", str(tmp_path / "nocache"))
-    code = run.main(["--bench", "hover", "--corpus", "pooled", "--optimizers", "gepa", "--out", str(tmp_path / "o")]
-                    + ARGS)
+    code = run.main(
+        ["--bench", "hover", "--corpus", "pooled", "--optimizers", "gepa", "--out", str(tmp_path / "o")] + ARGS
+    )
     assert code == 2
     results = json.loads((tmp_path / "o" / "results.json").read_text())
     assert results["benchmarks"]["hover"]["status"] == "unavailable"
@@ -100,8 +136,10 @@ def test_failed_optimizer_is_recorded_and_others_continue(tmp_path, monkeypatch)
         return real(name, *a, **k)
 
     monkeypatch.setattr(run, "run_optimizer", flaky)
-    code = run.main(["--bench", "ifbench", "--optimizers", "gepa,miprov2", "--out", str(tmp_path)]
-                    + [a if a != "6" else "5" for a in ARGS])
+    code = run.main(
+        ["--bench", "ifbench", "--optimizers", "gepa,miprov2", "--out", str(tmp_path)]
+        + [a if a != "6" else "5" for a in ARGS]
+    )
     assert code == 2
     entries = json.loads((tmp_path / "results.json").read_text())["benchmarks"]["ifbench"]["optimizers"]
     assert entries["gepa"]["status"] == "failed" and "simulated failure" in entries["gepa"]["error"]
@@ -111,8 +149,13 @@ def test_failed_optimizer_is_recorded_and_others_continue(tmp_path, monkeypatch)
 
 def test_tables_merge_several_result_files(hotpot_out, tmp_path):
     other = tmp_path / "ifb"
-    assert run.main(["--bench", "ifbench", "--optimizers", "miprov2", "--out", str(other)]
-                    + [a if a != "6" else "5" for a in ARGS]) == 0
+    assert (
+        run.main(
+            ["--bench", "ifbench", "--optimizers", "miprov2", "--out", str(other)]
+            + [a if a != "6" else "5" for a in ARGS]
+        )
+        == 0
+    )
     md = tmp_path / "t.md"
     png = tmp_path / "t.png"
     assert tables.main([str(hotpot_out / "results.json"), str(other), "--out", str(md), "--plot", str(png)]) == 0

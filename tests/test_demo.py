@@ -5,10 +5,9 @@ from __future__ import annotations
 import json
 import re
 
-from dspy_agentgrad import demo_task
-from dspy_agentgrad.demo import run_demo
-from dspy_agentgrad.fake_lm import FakeCall, fake_lm
-from dspy_agentgrad.tracing import HINT_HEADER
+from dspy_agentgrad.demo import task as demo_task
+from dspy_agentgrad.demo.job import run_demo
+from dspy_agentgrad.testing import FakeCall, fake_lm
 
 TOKEN = "Reply with only the words that answer the question."
 
@@ -30,7 +29,7 @@ def make_reader(examples):
             return {"gradient": TOKEN, "generalized_gradient": TOKEN}
         if "evidence" in call.output_fields:
             return {"evidence": evidence[(inputs["question"], inputs["passage"])]}
-        if TOKEN in call.instructions or HINT_HEADER in call.instructions:
+        if TOKEN in call.instructions or call.hint is not None:
             return {"answer": gold[(inputs["question"], inputs["evidence"])]}
         return {"answer": inputs["evidence"]}
 

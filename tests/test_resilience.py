@@ -10,10 +10,10 @@ from pathlib import Path
 
 import dspy
 import pytest
+from world import Pipeline, World, feedback_metric, make_data, world_lm
 
 from dspy_agentgrad import AgentGrad, RunMismatch
-from dspy_agentgrad.fake_lm import FaultyEngine, fake_lm
-from world import Pipeline, World, feedback_metric, make_data, world_lm
+from dspy_agentgrad.testing import FaultyEngine, fake_lm
 
 JOB = Path(__file__).parent / "resume_job.py"
 FAST = dict(auto=None, retry_backoff_s=0, progress=False)
@@ -69,18 +69,25 @@ def test_resume_with_other_data_or_options_is_refused(tmp_path):
     AgentGrad(feedback_metric, max_rounds=1, log_dir=tmp_path, **FAST).compile(Pipeline(), trainset=train, valset=val)
     with pytest.raises(RunMismatch, match="trainset"):
         AgentGrad(feedback_metric, max_rounds=1, log_dir=tmp_path, **FAST).compile(
-            Pipeline(), trainset=make_data({"notes": 2}), valset=val)
+            Pipeline(), trainset=make_data({"notes": 2}), valset=val
+        )
     with pytest.raises(RunMismatch, match="options"):
-        AgentGrad(feedback_metric, max_rounds=1, seed=7, log_dir=tmp_path, **FAST).compile(Pipeline(), trainset=train, valset=val)
+        AgentGrad(feedback_metric, max_rounds=1, seed=7, log_dir=tmp_path, **FAST).compile(
+            Pipeline(), trainset=train, valset=val
+        )
 
 
 def test_torn_memo_line_is_dropped_on_resume(tmp_path):
     dspy.configure(lm=world_lm(World()))
     train, val = make_data({"extract": 2, "notes": 2}), make_data({"extract": 1, "none": 1}, start=50)
-    first = AgentGrad(feedback_metric, max_rounds=2, log_dir=tmp_path, **FAST).compile(Pipeline(), trainset=train, valset=val)
+    first = AgentGrad(feedback_metric, max_rounds=2, log_dir=tmp_path, **FAST).compile(
+        Pipeline(), trainset=train, valset=val
+    )
     with open(tmp_path / "memo.jsonl", "a") as handle:
         handle.write('{"key": "eval:cut-short", "val')
-    again = AgentGrad(feedback_metric, max_rounds=2, log_dir=tmp_path, **FAST).compile(Pipeline(), trainset=train, valset=val)
+    again = AgentGrad(feedback_metric, max_rounds=2, log_dir=tmp_path, **FAST).compile(
+        Pipeline(), trainset=train, valset=val
+    )
     assert again.detailed_results.final_instructions == first.detailed_results.final_instructions
     assert again.detailed_results.usage["task"] == first.detailed_results.usage["task"]
     lines = (tmp_path / "memo.jsonl").read_text().splitlines()
@@ -89,18 +96,28 @@ def test_torn_memo_line_is_dropped_on_resume(tmp_path):
 
 # ---- LM faults -----------------------------------------------------------------------------------
 
+
 def _compile_with(engine, threads: int = 1, retry_attempts: int = 3):
     dspy.configure(lm=fake_lm(engine))
     train = make_data({"extract": 3, "notes": 2, "answer": 2, "either": 1, "none": 2})
     val = make_data({"extract": 2, "notes": 2, "answer": 1, "none": 2}, start=50)
-    return AgentGrad(feedback_metric, max_rounds=3, cluster_schedule=(1,), num_threads=threads,
-                     retry_attempts=retry_attempts, **FAST).compile(
-        Pipeline(), trainset=train, valset=val).detailed_results
+    return (
+        AgentGrad(
+            feedback_metric,
+            max_rounds=3,
+            cluster_schedule=(1,),
+            num_threads=threads,
+            retry_attempts=retry_attempts,
+            **FAST,
+        )
+        .compile(Pipeline(), trainset=train, valset=val)
+        .detailed_results
+    )
 
 
 @pytest.fixture(scope="module")
 def fault_free():
-    from dspy_agentgrad.fake_lm import RuleEngine
+    from dspy_agentgrad.testing import RuleEngine
 
     return _compile_with(RuleEngine(World()))
 
@@ -111,10 +128,15 @@ def test_transient_faults_are_retried_counted_and_change_nothing(fault_free, kin
     engine = FaultyEngine(World(), rate=rate, kind=kind, seed=3)
     result = _compile_with(engine, threads=2, retry_attempts=5)  # a run makes 3 LM calls: 5 attempts always recover
     assert engine.faults > 0
-    assert result.program_errors.get("retries", 0) + sum(
-        v for k, v in result.prompt_role_failures.items() if "transient" in k) == engine.faults
+    assert (
+        result.program_errors.get("retries", 0)
+        + sum(v for k, v in result.prompt_role_failures.items() if "transient" in k)
+        == engine.faults
+    )
     assert result.final_instructions == fault_free.final_instructions
-    assert [(c.predictor, c.accepted) for c in result.candidates] == [(c.predictor, c.accepted) for c in fault_free.candidates]
+    assert [(c.predictor, c.accepted) for c in result.candidates] == [
+        (c.predictor, c.accepted) for c in fault_free.candidates
+    ]
     assert result.best_val_score == fault_free.best_val_score
     assert result.program_errors.get("transient", 0) == 0  # every fault recovered on retry
 
@@ -138,6 +160,7 @@ def test_lasting_outage_scores_failures_and_the_run_ends_cleanly():
 
 # ---- interruption and caps ------------------------------------------------------------------------
 
+
 def test_ctrl_c_returns_the_best_program_so_far_and_keeps_results(tmp_path):
     dspy.configure(lm=world_lm(World()))
     calls = []
@@ -151,7 +174,8 @@ def test_ctrl_c_returns_the_best_program_so_far_and_keeps_results(tmp_path):
     train = make_data({"extract": 3, "notes": 2, "answer": 2, "none": 2})
     val = make_data({"extract": 2, "notes": 2, "answer": 1, "none": 2}, start=50)
     compiled = AgentGrad(metric, max_rounds=5, cluster_schedule=(1,), log_dir=tmp_path, **FAST).compile(
-        Pipeline(), trainset=train, valset=val)
+        Pipeline(), trainset=train, valset=val
+    )
     result = compiled.detailed_results
     assert result.interrupted and "interrupted" in result.stop_reason
     assert result.accepted and result.best_val_score > result.initial_val_score
@@ -164,8 +188,11 @@ def test_prompt_token_cap_stops_cleanly():
     dspy.configure(lm=world_lm(World()))
     train = make_data({"extract": 3, "notes": 2, "answer": 2})
     val = make_data({"extract": 1, "notes": 1, "none": 1}, start=50)
-    result = AgentGrad(feedback_metric, max_rounds=5, max_prompt_tokens=300, cluster_schedule=(1,), **FAST).compile(
-        Pipeline(), trainset=train, valset=val).detailed_results
+    result = (
+        AgentGrad(feedback_metric, max_rounds=5, max_prompt_tokens=300, cluster_schedule=(1,), **FAST)
+        .compile(Pipeline(), trainset=train, valset=val)
+        .detailed_results
+    )
     assert "prompt-LM token budget" in result.stop_reason
     assert result.usage["prompt"]["prompt_tokens"] + result.usage["prompt"]["completion_tokens"] < 300 + 2000
 
@@ -176,9 +203,16 @@ def test_prompt_cost_cap_prices_tokens_with_litellm_and_stops_cleanly():
     priced = fake_lm(world, name="openai/gpt-4o-mini")  # litellm's bundled price table knows this model
     train = make_data({"extract": 3, "notes": 2, "answer": 2})
     val = make_data({"extract": 1, "notes": 1, "none": 1}, start=50)
-    result = AgentGrad(feedback_metric, prompt_model=priced, max_rounds=5, max_prompt_cost=0.0002, cluster_schedule=(1,),
-                       **FAST).compile(Pipeline(), trainset=train, valset=val).detailed_results
+    result = (
+        AgentGrad(
+            feedback_metric, prompt_model=priced, max_rounds=5, max_prompt_cost=0.0002, cluster_schedule=(1,), **FAST
+        )
+        .compile(Pipeline(), trainset=train, valset=val)
+        .detailed_results
+    )
     assert "prompt-LM cost budget" in result.stop_reason
     assert 0.0002 <= result.usage["prompt_cost_usd"] < 0.001
     with pytest.raises(ValueError, match="litellm has none"):
-        AgentGrad(feedback_metric, max_rounds=1, max_prompt_cost=1.0, **FAST).compile(Pipeline(), trainset=train, valset=val)
+        AgentGrad(feedback_metric, max_rounds=1, max_prompt_cost=1.0, **FAST).compile(
+            Pipeline(), trainset=train, valset=val
+        )

@@ -19,8 +19,7 @@ from collections import Counter
 
 import dspy
 
-from dspy_agentgrad.fake_lm import FakeCall, fake_lm
-from dspy_agentgrad.tracing import HINT_HEADER
+from dspy_agentgrad.testing import FakeCall, fake_lm
 
 FIELD_TO_PREDICTOR = {"keyword": "extract", "notes": "notes", "answer": "answer"}
 
@@ -43,7 +42,11 @@ class Pipeline(dspy.Module):
 
 def retrieve(keyword: str) -> str:
     """The world's search engine: a document holding the answer, for a well-formed id only."""
-    return f"document {keyword}: the answer is ans-{keyword}" if re.fullmatch(r"id\d+", keyword or "") else "no document found"
+    return (
+        f"document {keyword}: the answer is ans-{keyword}"
+        if re.fullmatch(r"id\d+", keyword or "")
+        else "no document found"
+    )
 
 
 def make_example(i: int, kind: str) -> dspy.Example:
@@ -66,7 +69,9 @@ def metric(example, pred, trace=None):
 
 def feedback_metric(gold, pred, trace=None, pred_name=None, pred_trace=None):
     ok = getattr(pred, "answer", None) == gold.answer
-    return dspy.Prediction(score=float(ok), feedback="correct" if ok else f"expected {gold.answer}, got {getattr(pred, 'answer', None)}")
+    return dspy.Prediction(
+        score=float(ok), feedback="correct" if ok else f"expected {gold.answer}, got {getattr(pred, 'answer', None)}"
+    )
 
 
 def partial_metric(example, pred, trace=None):
@@ -102,7 +107,7 @@ class World:
         faulty = name in kind.split("+") or (kind == "either" and name == "notes")
         if "OVERFIT" in call.instructions and not faulty:
             return False
-        return not faulty or f"FIX-{name}" in call.instructions or HINT_HEADER in call.instructions
+        return not faulty or f"FIX-{name}" in call.instructions or call.hint is not None
 
     def __call__(self, call: FakeCall):
         if "current_instruction" in call.inputs:
@@ -120,9 +125,9 @@ class World:
             good = self._behaves("notes", call, kind) and found
             return {"notes": f"the answer is {found.group(0)}" if good else "no answer found"}
         self.calls["answer"] += 1
-        hinted = HINT_HEADER in call.instructions
+        hinted = call.hint is not None
         if hinted and self.leaky_answer:
-            copied = re.search(r"answer = (\S+?)[;.\s]", call.instructions)
+            copied = re.search(r"answer = (\S+?)[;.\s]", call.hint)
             if copied:
                 return {"answer": copied.group(1)}
         if kind == "either" and hinted:

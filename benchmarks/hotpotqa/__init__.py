@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from benchmarks.common import BM25Search, CorpusUnavailable, wiki_abstracts_search
 from benchmarks.hotpotqa.data import offline_splits, online_splits, pooled_corpus, read_rows
@@ -17,7 +17,8 @@ __all__ = ["HotpotMultiHop", "answer_exact_match", "hint", "load_benchmark", "ma
 
 CORPUS_NOTES = {
     "wiki": "Wikipedia 2017 abstracts (as in the GEPA paper), BM25",
-    "pooled": "offline: pooled context paragraphs of the HotpotQA distractor sample (easier than the full corpus), BM25",
+    "pooled": "offline: pooled context paragraphs of the HotpotQA distractor sample "
+    "(easier than the full corpus), BM25",
     "fixture": "a corpus passed in by the caller (tests)",
 }
 
@@ -39,8 +40,15 @@ def make_search(corpus: str | Sequence[str] = "auto", rows: list[dict] | None = 
     raise ValueError(f"unknown HotpotQA corpus {corpus!r} (wiki, pooled, auto)")
 
 
-def load_benchmark(train: int = 150, val: int = 300, test: int | None = 300, seed: int = 0,
-                   corpus: str | Sequence[str] = "auto", source: str = "offline", k: int = K_PER_HOP) -> Benchmark:
+def load_benchmark(
+    train: int = 150,
+    val: int = 300,
+    test: int | None = 300,
+    seed: int = 0,
+    corpus: str | Sequence[str] = "auto",
+    source: str = "offline",
+    k: int = K_PER_HOP,
+) -> Benchmark:
     """The HotpotQA benchmark. ``source="offline"``: the shared distractor sample, split by ``seed``;
     ``"online"``: HotpotQA train (train/val) and dev (test) through ``dspy.datasets.HotPotQA``."""
     test = 300 if test is None else test
@@ -64,5 +72,6 @@ def load_benchmark(train: int = 150, val: int = 300, test: int | None = 300, see
         "sizes": {"train": len(trainset), "val": len(valset), "test": len(testset)},
         "metric": "exact match after answer normalisation",
     }
-    return Benchmark("hotpotqa", trainset, valset, testset, lambda: HotpotMultiHop(search, k=k),
-                     answer_exact_match, hint, info)
+    return Benchmark(
+        "hotpotqa", trainset, valset, testset, lambda: HotpotMultiHop(search, k=k), answer_exact_match, hint, info
+    )

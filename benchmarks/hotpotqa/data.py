@@ -23,8 +23,14 @@ def read_rows(path: Path | None = None) -> list[dict]:
 
 def to_example(row: dict) -> dspy.Example:
     titles = list(dict.fromkeys(row["supporting_facts"]["title"]))
-    return dspy.Example(id=row["id"], question=row["question"], answer=row["answer"],
-                        gold_titles=titles, level=row.get("level"), type=row.get("type")).with_inputs("question")
+    return dspy.Example(
+        id=row["id"],
+        question=row["question"],
+        answer=row["answer"],
+        gold_titles=titles,
+        level=row.get("level"),
+        type=row.get("type"),
+    ).with_inputs("question")
 
 
 def pooled_corpus(rows: list[dict]) -> list[str]:
@@ -47,8 +53,10 @@ def offline_splits(train: int, val: int, test: int, seed: int, path: Path | None
     try:
         return split_examples(examples, [train, val, test], seed), rows
     except ValueError as exc:
-        raise ValueError(f"{exc}: the offline HotpotQA sample has {len(examples)} questions; "
-                         "pass smaller --train/--val/--test (e.g. 50/50/52)") from exc
+        raise ValueError(
+            f"{exc}: the offline HotpotQA sample has {len(examples)} questions; "
+            "pass smaller --train/--val/--test (e.g. 50/50/52)"
+        ) from exc
 
 
 def online_splits(train: int, val: int, test: int, seed: int):
@@ -57,12 +65,19 @@ def online_splits(train: int, val: int, test: int, seed: int):
     the given seeds. Gold titles are kept for the hints (``keep_details=True``)."""
     from dspy.datasets import HotPotQA
 
-    ds = HotPotQA(train_seed=seed + 1, train_size=train + val, eval_seed=2023 + seed, dev_size=test, test_size=0,
-                  keep_details=True)
+    ds = HotPotQA(
+        train_seed=seed + 1,
+        train_size=train + val,
+        eval_seed=2023 + seed,
+        dev_size=test,
+        test_size=0,
+        keep_details=True,
+    )
 
     def convert(e):
-        return dspy.Example(id=e.get("id"), question=e.question, answer=e.answer,
-                            gold_titles=sorted(e.get("gold_titles") or [])).with_inputs("question")
+        return dspy.Example(
+            id=e.get("id"), question=e.question, answer=e.answer, gold_titles=sorted(e.get("gold_titles") or [])
+        ).with_inputs("question")
 
     pool = [convert(e) for e in ds.train]
-    return pool[:train], pool[train:train + val], [convert(e) for e in ds.dev]
+    return pool[:train], pool[train : train + val], [convert(e) for e in ds.dev]

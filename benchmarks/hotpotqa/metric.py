@@ -55,8 +55,10 @@ def hint(example, pred_name, prediction, feedback) -> str | None:
     if "create_query" in name:
         return f"The query must find the second supporting article(s): {title_text}. Name the bridge entity."
     if "summarize" in name:
-        return (f"Keep the facts from the supporting articles ({title_text}) that lead to the answer "
-                f"'{answer}', including the bridge entity's name.")
+        return (
+            f"Keep the facts from the supporting articles ({title_text}) that lead to the answer "
+            f"'{answer}', including the bridge entity's name."
+        )
     if not answer:
         return None
     return f"The correct answer is '{answer}'; the supporting articles are {title_text}."

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 import dspy
 
@@ -13,8 +13,15 @@ from benchmarks.hover.metric import discrete_retrieval, found_and_missing, hint
 from benchmarks.hover.program import K_PER_HOP, HoverMultiHop
 from benchmarks.registry import Benchmark
 
-__all__ = ["HoverMultiHop", "discrete_retrieval", "found_and_missing", "hint", "load_benchmark", "load_claims",
-           "make_search"]
+__all__ = [
+    "HoverMultiHop",
+    "discrete_retrieval",
+    "found_and_missing",
+    "hint",
+    "load_benchmark",
+    "load_claims",
+    "make_search",
+]
 
 HOVER_FILE = ("hover", "hover_dev_release_v1.1.json")
 
@@ -33,8 +40,9 @@ def load_claims(path: Path | None = None, hops: int = 3) -> list[dspy.Example]:
     for row in rows:
         titles = list(dict.fromkeys(t for t, _ in row["supporting_facts"]))
         if len(titles) == hops:
-            out.append(dspy.Example(uid=row["uid"], claim=row["claim"], titles=titles, label=row["label"])
-                       .with_inputs("claim"))
+            out.append(
+                dspy.Example(uid=row["uid"], claim=row["claim"], titles=titles, label=row["label"]).with_inputs("claim")
+            )
     return out
 
 
@@ -49,8 +57,15 @@ def make_search(corpus: str | Sequence[str] = "auto") -> tuple[Callable, str]:
     raise ValueError(f"unknown HoVer corpus {corpus!r} (wiki, auto, or a list of passages)")
 
 
-def load_benchmark(train: int = 150, val: int = 300, test: int | None = 300, seed: int = 0,
-                   corpus: str | Sequence[str] = "auto", path: Path | None = None, k=K_PER_HOP) -> Benchmark:
+def load_benchmark(
+    train: int = 150,
+    val: int = 300,
+    test: int | None = 300,
+    seed: int = 0,
+    corpus: str | Sequence[str] = "auto",
+    path: Path | None = None,
+    k=K_PER_HOP,
+) -> Benchmark:
     """The HoVer benchmark: 3-hop claims of the dev release, split by ``seed``.
 
     Raises :class:`CorpusUnavailable` when the Wikipedia abstracts cannot be had."""
@@ -67,5 +82,6 @@ def load_benchmark(train: int = 150, val: int = 300, test: int | None = 300, see
         "sizes": {"train": len(trainset), "val": len(valset), "test": len(testset)},
         "metric": "1 if every gold supporting title was retrieved",
     }
-    return Benchmark("hover", trainset, valset, testset, lambda: HoverMultiHop(search, k=k),
-                     discrete_retrieval, hint, info)
+    return Benchmark(
+        "hover", trainset, valset, testset, lambda: HoverMultiHop(search, k=k), discrete_retrieval, hint, info
+    )

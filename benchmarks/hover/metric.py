@@ -29,8 +29,10 @@ def discrete_retrieval(gold, pred, trace=None, pred_name=None, pred_trace=None) 
     if score == 1.0:
         feedback = f"All {len(found)} supporting documents were retrieved: {', '.join(found)}."
     else:
-        feedback = (f"Retrieved {len(found)} of {len(found) + len(missing)} supporting documents. "
-                    f"Found: {', '.join(found) if found else 'none'}. Missing: {', '.join(missing)}.")
+        feedback = (
+            f"Retrieved {len(found)} of {len(found) + len(missing)} supporting documents. "
+            f"Found: {', '.join(found) if found else 'none'}. Missing: {', '.join(missing)}."
+        )
     if pred is not None and pred_name is not None and pred.get("hop_titles"):
         hops = "; ".join(f"hop {i + 1}: {', '.join(h)}" for i, h in enumerate(pred.hop_titles))
         feedback += f" Retrieved titles by hop -- {hops}."

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import dspy
 
@@ -43,5 +43,8 @@ class HoverMultiHop(dspy.Module):
             retrieved_docs=docs,
             retrieved_titles=list(dict.fromkeys(doc_title(d) for d in docs)),
             hop_titles=[[doc_title(d) for d in hop] for hop in (hop1_docs, hop2_docs, hop3_docs)],
-            summary_1=summary_1, summary_2=summary_2, hop2_query=hop2_query, hop3_query=hop3_query,
+            summary_1=summary_1,
+            summary_2=summary_2,
+            hop2_query=hop2_query,
+            hop3_query=hop3_query,
         )

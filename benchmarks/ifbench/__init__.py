@@ -12,8 +12,7 @@ from benchmarks.ifbench.metric import constraint_fraction, constraint_results, h
 from benchmarks.ifbench.program import IFBenchTwoStage
 from benchmarks.registry import Benchmark
 
-__all__ = ["IFBenchTwoStage", "constraint_fraction", "constraint_results", "hint", "load_benchmark",
-           "read_examples"]
+__all__ = ["IFBenchTwoStage", "constraint_fraction", "constraint_results", "hint", "load_benchmark", "read_examples"]
 
 IFBENCH_TEST = ("ifbench", "IFBench_test.jsonl")
 IFEVAL_PROMPTS = ("ifeval", "input_data.jsonl")
@@ -28,16 +27,31 @@ def read_examples(path: Path, suite: str) -> list[dspy.Example]:
                 continue
             row = json.loads(line)
             kwargs = [{k: v for k, v in (kw or {}).items() if v is not None} for kw in row["kwargs"]]
-            out.append(dspy.Example(key=row["key"], query=row["prompt"], instruction_id_list=row["instruction_id_list"],
-                                    kwargs=kwargs, suite=suite).with_inputs("query"))
+            out.append(
+                dspy.Example(
+                    key=row["key"],
+                    query=row["prompt"],
+                    instruction_id_list=row["instruction_id_list"],
+                    kwargs=kwargs,
+                    suite=suite,
+                ).with_inputs("query")
+            )
     return out
 
 
-def load_benchmark(train: int = 150, val: int = 300, test: int | None = None, seed: int = 0,
-                   test_path: Path | None = None, trainval_path: Path | None = None, **_ignored) -> Benchmark:
+def load_benchmark(
+    train: int = 150,
+    val: int = 300,
+    test: int | None = None,
+    seed: int = 0,
+    test_path: Path | None = None,
+    trainval_path: Path | None = None,
+    **_ignored,
+) -> Benchmark:
     """Train/val: IFEval prompts split by ``seed``; test: IFBench test, in file order (``test=None``: all 294)."""
-    trainset, valset = split_examples(read_examples(trainval_path or data_file(*IFEVAL_PROMPTS), "ifeval"),
-                                      [train, val], seed)
+    trainset, valset = split_examples(
+        read_examples(trainval_path or data_file(*IFEVAL_PROMPTS), "ifeval"), [train, val], seed
+    )
     tests = read_examples(test_path or data_file(*IFBENCH_TEST), "ifbench")
     if test is not None:
         if test > len(tests):

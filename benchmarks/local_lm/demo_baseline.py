@@ -15,7 +15,7 @@ from pathlib import Path
 
 import dspy
 
-from dspy_agentgrad.demo_task import demo_lm, load_demo_data, make_program, metric
+from dspy_agentgrad.demo.task import demo_lm, load_demo_data, make_program, metric
 
 HERE = Path(__file__).resolve().parent
 
@@ -40,9 +40,18 @@ def main() -> None:
             pred = program(**ex.inputs())
             elapsed = time.perf_counter() - start
             result = metric(ex, pred)
-            rows.append({"question": ex.question, "gold": ex.answer, "kind": ex.kind, "score": result.score,
-                         "seconds": round(elapsed, 2), "evidence": pred.evidence[:300], "answer": pred.answer[:300],
-                         "feedback": result.feedback})
+            rows.append(
+                {
+                    "question": ex.question,
+                    "gold": ex.answer,
+                    "kind": ex.kind,
+                    "score": result.score,
+                    "seconds": round(elapsed, 2),
+                    "evidence": pred.evidence[:300],
+                    "answer": pred.answer[:300],
+                    "feedback": result.feedback,
+                }
+            )
             print(f"score={result.score:.2f} {elapsed:.1f}s {ex.question} -> {pred.answer[:80]!r}", flush=True)
     out = {
         "model": lm.model,

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import dspy
 
-from dspy_agentgrad.demo_task import demo_lm, hint, load_demo_data, make_program, metric
+from dspy_agentgrad.demo.task import demo_lm, hint, load_demo_data, make_program, metric
 
 HERE = Path(__file__).resolve().parent
 
@@ -41,8 +41,10 @@ def main() -> None:
     modes = {
         "hint_on_answer": lambda ex, pred: ("answer", hint(ex, "answer", pred, None)),
         "hint_on_locate": lambda ex, pred: ("locate", hint(ex, "locate", pred, None)),
-        "gold_on_answer": lambda ex, pred: ("answer", f"The correct answer is {ex.answer!r}. "
-                                                      f"Reply with exactly {ex.answer!r} and nothing else."),
+        "gold_on_answer": lambda ex, pred: (
+            "answer",
+            f"The correct answer is {ex.answer!r}. Reply with exactly {ex.answer!r} and nothing else.",
+        ),
     }
     scores: dict[str, list[float]] = {"baseline": [], **{m: [] for m in modes}}
     start = time.perf_counter()
@@ -63,9 +65,14 @@ def main() -> None:
         "model": lm.model,
         "n": len(scores["baseline"]),
         "baseline_failures": failures,
-        "modes": {m: {"mean_score": round(sum(v) / len(v), 3), "solved": sum(s == 1.0 for s in v),
-                      "failures_resolved": sum(s == 1.0 for s in v) - sum(s == 1.0 for s in scores["baseline"])}
-                  for m, v in scores.items()},
+        "modes": {
+            m: {
+                "mean_score": round(sum(v) / len(v), 3),
+                "solved": sum(s == 1.0 for s in v),
+                "failures_resolved": sum(s == 1.0 for s in v) - sum(s == 1.0 for s in scores["baseline"]),
+            }
+            for m, v in scores.items()
+        },
         "seconds": round(time.perf_counter() - start, 1),
     }
     (HERE / f"hint_probe_{args.model}.json").write_text(json.dumps(out, indent=2))

@@ -24,8 +24,8 @@ from typing import Literal
 
 import dspy
 
-from dspy_agentgrad.structured_output import GRAMMAR_VERSION
-from dspy_agentgrad.local_lm import DEFAULT_MODEL, LlamaCppEngine, available_models, local_lm
+from dspy_agentgrad.embedded_lm import DEFAULT_MODEL, LlamaCppEngine, available_models, local_lm
+from dspy_agentgrad.embedded_lm.grammar import GRAMMAR_VERSION
 
 HERE = Path(__file__).resolve().parent
 THREADS = 2
@@ -85,8 +85,7 @@ def speed(engine: LlamaCppEngine, prompt_tokens: int = 256, gen_tokens: int = 64
                 break
         gen_s = time.perf_counter() - start
         llama.reset()
-    return {"prompt_tokens_per_s": round(len(tokens) / prompt_s, 1),
-            "gen_tokens_per_s": round(gen_tokens / gen_s, 1)}
+    return {"prompt_tokens_per_s": round(len(tokens) / prompt_s, 1), "gen_tokens_per_s": round(gen_tokens / gen_s, 1)}
 
 
 def call_set(items: list[dict], n_calls: int) -> list[tuple[type, dict]]:
@@ -148,15 +147,24 @@ def run_condition(model: str, constrained: bool, items: list[dict], n_calls: int
     }
 
 
-def measure(models: list[str], n_calls: int, conditions: tuple[bool, ...] = (True, False),
-            previous: dict | None = None) -> dict:
+def measure(
+    models: list[str], n_calls: int, conditions: tuple[bool, ...] = (True, False), previous: dict | None = None
+) -> dict:
     """Measure ``models``; conditions not rerun are kept from ``previous`` results."""
     items = json.loads((HERE / "reading_items.json").read_text())
-    results = {"threads": THREADS, "calls_per_condition": n_calls, "machine": platform.processor() or platform.machine(),
-               "dspy": dspy.__version__, "grammar_version": GRAMMAR_VERSION, "models": {}}
+    results = {
+        "threads": THREADS,
+        "calls_per_condition": n_calls,
+        "machine": platform.processor() or platform.machine(),
+        "dspy": dspy.__version__,
+        "grammar_version": GRAMMAR_VERSION,
+        "models": {},
+    }
     if previous is not None and tuple(conditions) == (True,):
-        results["note"] = ("constrained rows rerun with this grammar version; plain (unconstrained) rows kept "
-                           "from the previous run (they do not depend on the grammar)")
+        results["note"] = (
+            "constrained rows rerun with this grammar version; plain (unconstrained) rows kept "
+            "from the previous run (they do not depend on the grammar)"
+        )
     for model in models:
         engine = LlamaCppEngine(model, n_threads=THREADS)
         start = time.perf_counter()
@@ -185,7 +193,8 @@ def to_markdown(results: dict) -> str:
         "",
         *([f"Note: {results['note']}.", ""] if results.get("note") else []),
         f"Grammar version {results.get('grammar_version', '?')}. Command: "
-        "`.venv/bin/python -m benchmarks.local_lm.measure --calls 50` (then `--constrained-only` after a grammar change).",
+        "`.venv/bin/python -m benchmarks.local_lm.measure --calls 50` "
+        "(then `--constrained-only` after a grammar change).",
         "",
         "| model | load s | prompt tok/s | gen tok/s | s/call 2-field (constrained) | parse fail constrained | "
         "parse fail plain | s/call plain | reading EM constrained | reading EM plain | contains-gold constrained |",
@@ -195,7 +204,8 @@ def to_markdown(results: dict) -> str:
         c, u = e["constrained"], e["unconstrained"]
         lines.append(
             f"| {name} | {e['load_seconds']} | {e['prompt_tokens_per_s']} | {e['gen_tokens_per_s']} | "
-            f"{e['seconds_per_2field_call']} | {c['parse_failures']}/{c['calls']} | {u['parse_failures']}/{u['calls']} | "
+            f"{e['seconds_per_2field_call']} | {c['parse_failures']}/{c['calls']} | "
+            f"{u['parse_failures']}/{u['calls']} | "
             f"{u['seconds_per_call']} | {c['reading_exact_match']} | {u['reading_exact_match']} | "
             f"{c['reading_contains_gold']} |"
         )
@@ -204,8 +214,10 @@ def to_markdown(results: dict) -> str:
         for sig in e["constrained"]["per_signature"]:
             c = e["constrained"]["per_signature"][sig]
             u = e["unconstrained"]["per_signature"].get(sig, {})
-            lines.append(f"- {name} {sig}: {c['failures']}/{c['calls']} in {c['seconds_per_call']} s; "
-                         f"plain {u.get('failures')}/{u.get('calls')} in {u.get('seconds_per_call')} s")
+            lines.append(
+                f"- {name} {sig}: {c['failures']}/{c['calls']} in {c['seconds_per_call']} s; "
+                f"plain {u.get('failures')}/{u.get('calls')} in {u.get('seconds_per_call')} s"
+            )
     lines += [
         "",
         f"Default model (`local_lm()`): **{DEFAULT_MODEL}**. Both models parse every call under the grammar "
@@ -229,8 +241,11 @@ def main() -> None:
     parser.add_argument("--models", nargs="*", default=None)
     parser.add_argument("--calls", type=int, default=50)
     parser.add_argument("--markdown-only", action="store_true", help="rewrite results.md from results.json")
-    parser.add_argument("--constrained-only", action="store_true",
-                        help="rerun only the constrained condition, keep the plain one from results.json")
+    parser.add_argument(
+        "--constrained-only",
+        action="store_true",
+        help="rerun only the constrained condition, keep the plain one from results.json",
+    )
     args = parser.parse_args()
     if args.markdown_only:
         (HERE / "results.md").write_text(to_markdown(json.loads((HERE / "results.json").read_text())))

@@ -18,22 +18,37 @@ from typing import Any
 
 import dspy
 
-from . import demo_task
-from .jsonable import to_jsonable
-from .teleprompter import AgentGrad
-from .usage import track
+from ..jsonable import to_jsonable
+from ..teleprompter import AgentGrad
+from ..usage import track
+from . import task as demo_task
 
 
 def evaluate(program: dspy.Module, examples: list[dspy.Example], num_threads: int) -> tuple[float, dict]:
     """Mean metric score (0..1) on ``examples`` and the task-LM usage it took."""
     with track() as usage:
-        result = dspy.Evaluate(devset=examples, metric=lambda e, p, t=None: demo_task.metric(e, p).score,
-                               num_threads=num_threads, display_progress=True, provide_traceback=False)(program)
+        result = dspy.Evaluate(
+            devset=examples,
+            metric=lambda e, p, t=None: demo_task.metric(e, p).score,
+            num_threads=num_threads,
+            display_progress=True,
+            provide_traceback=False,
+        )(program)
     return result.score / 100.0, usage
 
 
-def run_demo(task_lm: Any, prompt_lm: Any, *, n_train: int, n_val: int, n_test: int, max_metric_calls: int,
-             seed: int = 0, num_threads: int = 1, out: Path = Path("runs/demo")) -> dict:
+def run_demo(
+    task_lm: Any,
+    prompt_lm: Any,
+    *,
+    n_train: int,
+    n_val: int,
+    n_test: int,
+    max_metric_calls: int,
+    seed: int = 0,
+    num_threads: int = 1,
+    out: Path = Path("runs/demo"),
+) -> dict:
     """Baseline -> AgentGrad -> optimized, on the demo task; returns (and writes) a summary."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -43,10 +58,23 @@ def run_demo(task_lm: Any, prompt_lm: Any, *, n_train: int, n_val: int, n_test: 
         program = demo_task.make_program()
         print(f"\n[1/3] Baseline: the unoptimized program on {len(test)} held-out examples")
         baseline, baseline_usage = evaluate(program, test, num_threads)
-        print(f"\n[2/3] AgentGrad: {len(train)} train / {len(val)} validation examples, budget {max_metric_calls} metric calls")
-        optimizer = AgentGrad(demo_task.metric, prompt_model=prompt_lm, task_model=task_lm, auto=None,
-                              max_metric_calls=max_metric_calls, hint_fn=demo_task.hint, num_threads=num_threads,
-                              seed=seed, log_dir=out / "agentgrad", cluster_schedule=(2, 1), train_batch_size=max(2, n_train))
+        print(
+            f"\n[2/3] AgentGrad: {len(train)} train / {len(val)} validation examples, "
+            f"budget {max_metric_calls} metric calls"
+        )
+        optimizer = AgentGrad(
+            demo_task.metric,
+            prompt_model=prompt_lm,
+            task_model=task_lm,
+            auto=None,
+            max_metric_calls=max_metric_calls,
+            hint_fn=demo_task.hint,
+            num_threads=num_threads,
+            seed=seed,
+            log_dir=out / "agentgrad",
+            cluster_schedule=(2, 1),
+            train_batch_size=max(2, n_train),
+        )
         compiled = optimizer.compile(program, trainset=train, valset=val)
         result = compiled.detailed_results
         print(f"\n[3/3] Optimized program on the same {len(test)} held-out examples")
@@ -82,20 +110,26 @@ def report(summary: dict) -> str:
         f"Held-out score: {test['baseline']:.3f} -> {test['optimized']:.3f} ({test['gain']:+.3f}); "
         f"validation {val['initial']:.3f} -> {val['best']:.3f}",
         f"Time: {summary['wall_time_s']:.0f} s; metric calls: {summary['metric_calls']}; "
-        f"optimizer LM calls: task {usage['task']['calls']}, prompt {usage['prompt']['calls']}; stop: {summary['stop_reason']}",
+        f"optimizer LM calls: task {usage['task']['calls']}, prompt {usage['prompt']['calls']}; "
+        f"stop: {summary['stop_reason']}",
         "",
         "Who was at fault (failures attributed per predictor, by sequential intervention):",
     ]
     for r in summary["rounds"]:
-        lines.append(f"  round {r['round']}: {r['failures']}/{r['batch_size']} failed; attributed {r['attributed']}; "
-                     f"hard cases {r['hard_cases']}; {r['clusters']} clusters; accepted {r['accepted']}/{r['candidates']}")
+        lines.append(
+            f"  round {r['round']}: {r['failures']}/{r['batch_size']} failed; attributed {r['attributed']}; "
+            f"hard cases {r['hard_cases']}; {r['clusters']} clusters; accepted {r['accepted']}/{r['candidates']}"
+        )
     lines.append("")
     if not summary["accepted"]:
-        lines.append("No rewrite beat the current instructions on both its cluster and validation; the program is unchanged.")
+        lines.append(
+            "No rewrite beat the current instructions on both its cluster and validation; the program is unchanged."
+        )
     for c in summary["accepted"]:
         lines += [
             f"Accepted for '{c['predictor']}' (round {c['round']}, cluster of {c['cluster_size']}, "
-            f"cluster {c['cluster_score_before']:.2f} -> {c['cluster_score_after']:.2f}, validation {c['val_score']:.3f})",
+            f"cluster {c['cluster_score_before']:.2f} -> {c['cluster_score_after']:.2f}, "
+            f"validation {c['val_score']:.3f})",
             f"  why:  {c['gradient']}",
             f"  new:  {c['instruction']}",
         ]
@@ -121,6 +155,17 @@ def main(argv: list[str] | None = None) -> None:
     logging.getLogger("LiteLLM").setLevel(logging.WARNING)
     task_lm = demo_task.demo_lm() if args.lm == "local" else dspy.LM(args.lm)
     prompt_name = args.prompt_lm or args.lm
-    prompt_lm = task_lm if prompt_name == args.lm else (demo_task.demo_lm() if prompt_name == "local" else dspy.LM(prompt_name))
-    run_demo(task_lm, prompt_lm, n_train=args.train, n_val=args.val, n_test=args.test,
-             max_metric_calls=args.max_metric_calls, seed=args.seed, num_threads=args.threads, out=args.out)
+    prompt_lm = (
+        task_lm if prompt_name == args.lm else (demo_task.demo_lm() if prompt_name == "local" else dspy.LM(prompt_name))
+    )
+    run_demo(
+        task_lm,
+        prompt_lm,
+        n_train=args.train,
+        n_val=args.val,
+        n_test=args.test,
+        max_metric_calls=args.max_metric_calls,
+        seed=args.seed,
+        num_threads=args.threads,
+        out=args.out,
+    )

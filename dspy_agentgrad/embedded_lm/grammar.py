@@ -31,6 +31,9 @@ import json
 import re
 from dataclasses import dataclass, field
 
+from ..prompt_text import CHAT_MARK, output_fields
+from ..prompt_text import adapter_format as detect_format
+
 __all__ = [
     "GRAMMAR_VERSION",
     "FieldSpec",
@@ -49,12 +52,6 @@ GRAMMAR_VERSION = 2
 # ("text"), which may still fail the adapter's type check.
 KINDS = ("str", "int", "float", "bool", "literal", "list", "text")
 
-_OUTPUT_BLOCK = "Your output fields are:"
-_BLOCK_END = "All interactions will be structured"
-_FIELD_LINE = re.compile(r"^\s*\d+\. `(\w+)` \(", re.M)
-_CHAT_MARK = "[[ ## completed ## ]]"
-_JSON_MARK = "Outputs will be a JSON object"
-
 
 @dataclass(frozen=True)
 class OutputLimits:
@@ -70,7 +67,7 @@ class OutputLimits:
     item_chars: int = 80
     digits: int = 12
 
-    def tokens_for(self, fields: list["FieldSpec"]) -> int:
+    def tokens_for(self, fields: list[FieldSpec]) -> int:
         """A max_tokens budget large enough for the grammar to finish.
 
         Estimated at ~3 characters per token plus the field headers; the
@@ -102,28 +99,6 @@ class FieldSpec:
     json_choices: tuple[str, ...] = ()  # literal: the same values JSON-encoded
 
 
-def _balanced(text: str, start: int) -> int:
-    """Index of the ``)`` closing the ``(`` just before ``start`` (quotes and brackets aware)."""
-    depth, quote, i = 0, None, start
-    while i < len(text):
-        ch = text[i]
-        if quote:
-            if ch == "\\":
-                i += 1
-            elif ch == quote:
-                quote = None
-        elif ch in "'\"":
-            quote = ch
-        elif ch in "([{":
-            depth += 1
-        elif ch in ")]}":
-            if depth == 0:
-                return i
-            depth -= 1
-        i += 1
-    return -1
-
-
 def classify(type_text: str) -> FieldSpec:
     """Map the adapter's printed type (``int``, ``list[str]``, ``Literal['a', 'b']``) to a field kind."""
     t = type_text.strip()
@@ -141,7 +116,9 @@ def classify(type_text: str) -> FieldSpec:
             values = ()
         if values and all(isinstance(v, (str, int, float, bool)) for v in values):
             return FieldSpec(
-                "", t, "literal",
+                "",
+                t,
+                "literal",
                 choices=tuple(str(v) for v in values),
                 json_choices=tuple(json.dumps(v) for v in values),
             )
@@ -150,29 +127,11 @@ def classify(type_text: str) -> FieldSpec:
 
 def parse_output_fields(system: str) -> list[FieldSpec]:
     """Output fields, in order, from a DSPy adapter system message ([] when absent)."""
-    if _OUTPUT_BLOCK not in system:
-        return []
-    block = system.split(_OUTPUT_BLOCK, 1)[1].split(_BLOCK_END, 1)[0]
     fields = []
-    for m in _FIELD_LINE.finditer(block):
-        end = _balanced(block, m.end())
-        if end < 0:
-            continue
-        spec = classify(block[m.end():end])
-        fields.append(FieldSpec(m.group(1), spec.type_text, spec.kind, spec.choices,
-                                spec.item_kind, spec.json_choices))
+    for name, type_text in output_fields(system):
+        spec = classify(type_text)
+        fields.append(FieldSpec(name, spec.type_text, spec.kind, spec.choices, spec.item_kind, spec.json_choices))
     return fields
-
-
-def detect_format(system: str) -> str | None:
-    """``"chat"`` (ChatAdapter), ``"json"`` (JSONAdapter) or None (not a DSPy adapter prompt)."""
-    if _OUTPUT_BLOCK not in system:
-        return None
-    if _JSON_MARK in system:
-        return "json"
-    if _CHAT_MARK in system:
-        return "chat"
-    return None
 
 
 # --------------------------------------------------------------------------- GBNF
@@ -196,10 +155,10 @@ _COMMON_RULES = {
     "tc": r'tc ::= [^[\n\x00] | "[" [^[\n\x00] | "\n" [^[\n\x00 \t]',
     # First character: not blank, not "[" (a header), not "{" (tiny models copy
     # the adapter's "{field_name}" placeholder instead of answering).
-    "tc0": r'tc0 ::= [^[{\x00 \t\r\n]',
+    "tc0": r"tc0 ::= [^[{\x00 \t\r\n]",
     "jc": r'jc ::= [^"\\\x00-\x1f] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4})',
     "jc0": r'jc0 ::= [^"\\\x00-\x20] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4})',
-    "ws": r'ws ::= [ \t\n]{0,2}',
+    "ws": r"ws ::= [ \t\n]{0,2}",
 }
 
 
@@ -267,9 +226,9 @@ class OutputPlan:
             parts = []
             for i, spec in enumerate(self.fields):
                 lines.append(f"v{i} ::= {b.value(spec, json_mode=False)}")
-                sep = "" if i == 0 else 'sep '
+                sep = "" if i == 0 else "sep "
                 parts.append(f'{sep}{_lit(f"[[ ## {spec.name} ## ]]")} "\\n" v{i}')
-            parts.append(f'sep {_lit(_CHAT_MARK)}')
+            parts.append(f"sep {_lit(CHAT_MARK)}")
             b.rules["sep"] = 'sep ::= "\\n" "\\n"?'
             root = "root ::= " + " ".join(parts)
         else:
@@ -327,14 +286,18 @@ class OutputPlan:
             parts = []
             for i, spec in enumerate(self.fields):
                 sep = "" if i == 0 else r"\n\n?"
-                parts.append(f"{sep}{re.escape(f'[[ ## {spec.name} ## ]]')}\\n(?P<v{i}>{self._value_regex(spec, False)})")
-            parts.append(r"\n\n?" + re.escape(_CHAT_MARK))
+                parts.append(
+                    f"{sep}{re.escape(f'[[ ## {spec.name} ## ]]')}\\n(?P<v{i}>{self._value_regex(spec, False)})"
+                )
+            parts.append(r"\n\n?" + re.escape(CHAT_MARK))
             return "".join(parts)
         ws = r"[ \t\n]{0,2}"
         parts = [r"\{" + ws]
         for i, spec in enumerate(self.fields):
             sep = "" if i == 0 else "," + ws
-            parts.append(f"{sep}{re.escape(json.dumps(spec.name))}{ws}:{ws}(?P<v{i}>{self._value_regex(spec, True)}){ws}")
+            parts.append(
+                f"{sep}{re.escape(json.dumps(spec.name))}{ws}:{ws}(?P<v{i}>{self._value_regex(spec, True)}){ws}"
+            )
         parts.append(r"\}")
         return "".join(parts)
 
@@ -346,8 +309,9 @@ class OutputPlan:
     def _default(self, spec: FieldSpec, json_mode: bool) -> str:
         if spec.kind == "literal":
             return (spec.json_choices if json_mode else spec.choices)[0]
-        return {"int": "0", "float": "0.0", "bool": "false" if json_mode else "False",
-                "list": "[]"}.get(spec.kind, '""' if json_mode else "")
+        return {"int": "0", "float": "0.0", "bool": "false" if json_mode else "False", "list": "[]"}.get(
+            spec.kind, '""' if json_mode else ""
+        )
 
     def repair(self, text: str) -> str:
         """Close a generation cut off by ``max_tokens`` so the adapter still parses it.
@@ -372,16 +336,19 @@ class OutputPlan:
                 if not ok and not (spec.kind in ("str", "text") and v):
                     v = self._default(spec, False)
                 out.append(f"[[ ## {spec.name} ## ]]\n{v}")
-            return "\n\n".join(out) + "\n\n" + _CHAT_MARK
+            return "\n\n".join(out) + "\n\n" + CHAT_MARK
         # JSON: take each complete "name": value pair in order, default the rest.
         obj: dict[str, object] = {}
         rest = text
         for spec in self.fields:
-            m = re.search(re.escape(json.dumps(spec.name)) + r"[ \t\n]*:[ \t\n]*(" +
-                          self._value_regex(spec, True) + ")", rest, flags=re.S)
+            m = re.search(
+                re.escape(json.dumps(spec.name)) + r"[ \t\n]*:[ \t\n]*(" + self._value_regex(spec, True) + ")",
+                rest,
+                flags=re.S,
+            )
             if m:
                 obj[spec.name] = json.loads(m.group(1))
-                rest = rest[m.end():]
+                rest = rest[m.end() :]
             elif spec.kind in ("str", "text"):
                 m = re.search(re.escape(json.dumps(spec.name)) + r'[ \t\n]*:[ \t\n]*"(.*)$', rest, flags=re.S)
                 cut = m.group(1) if m else ""

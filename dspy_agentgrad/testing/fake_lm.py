@@ -12,17 +12,17 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import dspy
 from dspy.lm15 import Message, RateLimitError, Response, TextPart, Usage
 from dspy.lm15 import TimeoutError as LMTimeout
 
-_FIELD_HEADER = re.compile(r"\[\[ ## (\w+) ## \]\]")
-_OBJECTIVE = "In adhering to this structure, your objective is:"
+from .. import prompt_text
+from ..tracing import HINT_FIELD, HINT_HEADER
 
 
 @dataclass
@@ -36,6 +36,15 @@ class FakeCall:
     output_fields: list[str]
     extras: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def hint(self) -> str | None:
+        """The intervention hint this call carries, however it was delivered (input field or instruction)."""
+        if HINT_FIELD in self.inputs:
+            return self.inputs[HINT_FIELD]
+        if HINT_HEADER in self.instructions:
+            return self.instructions.split(HINT_HEADER, 1)[1].strip()
+        return None
+
     def has(self, text: str) -> bool:
         """True when ``text`` occurs in the instructions (case-insensitive)."""
         return text.lower() in self.instructions.lower()
@@ -44,30 +53,10 @@ class FakeCall:
 Rule = Callable[[FakeCall], "dict[str, Any] | str"]
 
 
-def _sections(text: str) -> dict[str, str]:
-    """Split ``[[ ## name ## ]]`` delimited text into a name -> value dict."""
-    parts = _FIELD_HEADER.split(text)
-    values: dict[str, str] = {}
-    for i in range(1, len(parts) - 1, 2):
-        values[parts[i]] = parts[i + 1].strip()
-    return values
-
-
-def _output_fields(system: str) -> list[str]:
-    block = system.split("Your output fields are:", 1)
-    if len(block) < 2:
-        return []
-    block = block[1].split("All interactions will be structured", 1)[0]
-    return re.findall(r"^\d+\. `(\w+)`", block, flags=re.M)
-
-
 def parse_call(system: str, user: str) -> FakeCall:
     """Rebuild what a predictor asked for from the chat-adapter messages."""
-    instructions = system.split(_OBJECTIVE, 1)[1].strip() if _OBJECTIVE in system else ""
-    instructions = "\n".join(line.strip() for line in instructions.splitlines())
-    inputs = _sections(user.split("\n\nRespond with the corresponding output fields", 1)[0])
-    inputs.pop("completed", None)
-    return FakeCall(system, user, instructions, inputs, _output_fields(system))
+    fields = [name for name, _ in prompt_text.output_fields(system)]
+    return FakeCall(system, user, prompt_text.instructions(system), prompt_text.input_values(user), fields)
 
 
 def _format(value: Any) -> str:
@@ -82,7 +71,9 @@ def _response(text: str, prompt_tokens: int, completion_tokens: int) -> Response
         model="fake",
         message=Message.assistant([TextPart(text)]),
         finish_reason="stop",
-        usage=Usage(input_tokens=prompt_tokens, output_tokens=completion_tokens, total_tokens=prompt_tokens + completion_tokens),
+        usage=Usage(
+            input_tokens=prompt_tokens, output_tokens=completion_tokens, total_tokens=prompt_tokens + completion_tokens
+        ),
     )
 
 
@@ -124,7 +115,7 @@ class RuleEngine:
         pass
 
 
-def fake_lm(rule: "Rule | RuleEngine", name: str = "fake/rules") -> dspy.LM:
+def fake_lm(rule: Rule | RuleEngine, name: str = "fake/rules") -> dspy.LM:
     """A ``dspy.LM`` answering with ``rule`` (or a ready engine), with DSPy's cache and retries off."""
     engine = rule if isinstance(rule, RuleEngine) else RuleEngine(rule)
     return dspy.LM(name, engine=engine, cache=False, num_retries=0)

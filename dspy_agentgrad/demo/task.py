@@ -33,18 +33,121 @@ import dspy
 
 __all__ = ["load_demo_data", "make_program", "metric", "hint", "f1", "demo_lm"]
 
-_FIRST = ["Lena", "Omar", "Sofia", "Kenji", "Amara", "Lucas", "Priya", "Mateo", "Ingrid", "Tariq", "Chloe",
-          "Diego", "Hana", "Felix", "Zara", "Ivan", "Nadia", "Oscar", "Maya", "Tomas", "Leila", "Jonas",
-          "Aiko", "Marco", "Elif", "Hugo", "Rosa", "Samir", "Greta", "Pablo"]
-_LAST = ["Fischer", "Haddad", "Rossi", "Tanaka", "Okafor", "Martin", "Sharma", "Lopez", "Berg", "Aziz",
-         "Dubois", "Ramirez", "Kim", "Wagner", "Khan", "Petrov", "Nowak", "Larsen", "Silva", "Novak",
-         "Moreau", "Schmidt", "Sato", "Bianchi", "Yilmaz", "Laurent", "Costa", "Mansour", "Lind", "Vega"]
-_CITIES = ["Hamburg", "Lisbon", "Osaka", "Nairobi", "Lyon", "Toronto", "Krakow", "Valencia", "Oslo", "Cairo",
-           "Porto", "Seoul", "Dublin", "Bogota", "Perth", "Tallinn", "Geneva", "Quito", "Hanoi", "Turin"]
-_JOBS = ["marine biologist", "pilot", "baker", "architect", "nurse", "geologist", "librarian", "chemist",
-         "carpenter", "journalist", "pharmacist", "engineer", "teacher", "photographer", "veterinarian"]
-_ORGS = ["Northwind Labs", "Bluefield Hospital", "Atlas Airways", "Greenleaf Press", "Harbor Bank",
-         "Summit Foods", "Orion Museum", "Cedar School", "Polar Institute", "Redstone Studio"]
+_FIRST = [
+    "Lena",
+    "Omar",
+    "Sofia",
+    "Kenji",
+    "Amara",
+    "Lucas",
+    "Priya",
+    "Mateo",
+    "Ingrid",
+    "Tariq",
+    "Chloe",
+    "Diego",
+    "Hana",
+    "Felix",
+    "Zara",
+    "Ivan",
+    "Nadia",
+    "Oscar",
+    "Maya",
+    "Tomas",
+    "Leila",
+    "Jonas",
+    "Aiko",
+    "Marco",
+    "Elif",
+    "Hugo",
+    "Rosa",
+    "Samir",
+    "Greta",
+    "Pablo",
+]
+_LAST = [
+    "Fischer",
+    "Haddad",
+    "Rossi",
+    "Tanaka",
+    "Okafor",
+    "Martin",
+    "Sharma",
+    "Lopez",
+    "Berg",
+    "Aziz",
+    "Dubois",
+    "Ramirez",
+    "Kim",
+    "Wagner",
+    "Khan",
+    "Petrov",
+    "Nowak",
+    "Larsen",
+    "Silva",
+    "Novak",
+    "Moreau",
+    "Schmidt",
+    "Sato",
+    "Bianchi",
+    "Yilmaz",
+    "Laurent",
+    "Costa",
+    "Mansour",
+    "Lind",
+    "Vega",
+]
+_CITIES = [
+    "Hamburg",
+    "Lisbon",
+    "Osaka",
+    "Nairobi",
+    "Lyon",
+    "Toronto",
+    "Krakow",
+    "Valencia",
+    "Oslo",
+    "Cairo",
+    "Porto",
+    "Seoul",
+    "Dublin",
+    "Bogota",
+    "Perth",
+    "Tallinn",
+    "Geneva",
+    "Quito",
+    "Hanoi",
+    "Turin",
+]
+_JOBS = [
+    "marine biologist",
+    "pilot",
+    "baker",
+    "architect",
+    "nurse",
+    "geologist",
+    "librarian",
+    "chemist",
+    "carpenter",
+    "journalist",
+    "pharmacist",
+    "engineer",
+    "teacher",
+    "photographer",
+    "veterinarian",
+]
+_ORGS = [
+    "Northwind Labs",
+    "Bluefield Hospital",
+    "Atlas Airways",
+    "Greenleaf Press",
+    "Harbor Bank",
+    "Summit Foods",
+    "Orion Museum",
+    "Cedar School",
+    "Polar Institute",
+    "Redstone Studio",
+]
 _INSTRUMENTS = ["cello", "violin", "piano", "flute", "drums", "guitar", "trumpet", "harp", "clarinet", "accordion"]
 
 
@@ -54,8 +157,15 @@ def _person(rng: random.Random, taken: set[str]) -> dict[str, Any]:
         if name.split()[0] not in taken:
             taken.add(name.split()[0])
             break
-    return {"name": name, "first": name.split()[0], "city": rng.choice(_CITIES), "job": rng.choice(_JOBS),
-            "org": rng.choice(_ORGS), "year": str(rng.randint(1971, 2019)), "instrument": rng.choice(_INSTRUMENTS)}
+    return {
+        "name": name,
+        "first": name.split()[0],
+        "city": rng.choice(_CITIES),
+        "job": rng.choice(_JOBS),
+        "org": rng.choice(_ORGS),
+        "year": str(rng.randint(1971, 2019)),
+        "instrument": rng.choice(_INSTRUMENTS),
+    }
 
 
 def _article(word: str) -> str:
@@ -86,12 +196,14 @@ def _example(rng: random.Random) -> dspy.Example:
         "who": (f"Who works as {_article(p['job'])} {p['job']}?", p["name"]),
     }[kind]
     evidence = next(s for s in sentences if answer in s and "neighbour" not in s)
-    return dspy.Example(passage=passage, question=question, answer=answer, evidence=evidence,
-                        kind=kind).with_inputs("passage", "question")
+    return dspy.Example(passage=passage, question=question, answer=answer, evidence=evidence, kind=kind).with_inputs(
+        "passage", "question"
+    )
 
 
-def load_demo_data(n_train: int = 30, n_val: int = 30, n_test: int = 60,
-                   seed: int = 0) -> tuple[list[dspy.Example], list[dspy.Example], list[dspy.Example]]:
+def load_demo_data(
+    n_train: int = 30, n_val: int = 30, n_test: int = 60, seed: int = 0
+) -> tuple[list[dspy.Example], list[dspy.Example], list[dspy.Example]]:
     """Seeded, disjoint train/val/test lists of ``dspy.Example(passage, question)``.
 
     Labels: ``answer`` (a span of the passage), ``evidence`` (the sentence that
@@ -106,7 +218,7 @@ def load_demo_data(n_train: int = 30, n_val: int = 30, n_test: int = 60,
         if key not in seen:
             seen.add(key)
             examples.append(ex)
-    return examples[:n_train], examples[n_train:n_train + n_val], examples[n_train + n_val:]
+    return examples[:n_train], examples[n_train : n_train + n_val], examples[n_train + n_val :]
 
 
 # ---------------------------------------------------------------- program
@@ -149,8 +261,7 @@ def make_program() -> dspy.Module:
 
 def demo_lm(**settings: Any) -> dspy.LM:
     """The local LM as the demo uses it: str fields capped at 300 characters (answers and sentences are short)."""
-    from dspy_agentgrad.local_lm import local_lm
-    from dspy_agentgrad.structured_output import OutputLimits
+    from ..embedded_lm import OutputLimits, local_lm
 
     settings.setdefault("limits", OutputLimits(str_chars=300))
     return local_lm(**settings)
@@ -178,8 +289,9 @@ def _evidence_ok(example: dspy.Example, evidence: str) -> bool:
     return re.search(re.escape(example.answer.lower()), str(evidence or "").lower()) is not None
 
 
-def metric(example: dspy.Example, pred: Any, trace: Any = None, pred_name: str | None = None,
-           pred_trace: Any = None) -> dspy.Prediction:
+def metric(
+    example: dspy.Example, pred: Any, trace: Any = None, pred_name: str | None = None, pred_trace: Any = None
+) -> dspy.Prediction:
     """Token F1 of the final answer against the gold span, with feedback on both steps.
 
     Accepts DSPy's ``metric(example, pred, trace)`` and GEPA's per-predictor
@@ -189,12 +301,16 @@ def metric(example: dspy.Example, pred: Any, trace: Any = None, pred_name: str |
     score = f1(answer, example.answer)
     if score == 1.0:
         return dspy.Prediction(score=1.0, feedback="Correct: the answer is exactly the right words.")
-    parts = [f"The answer {answer[:120]!r} should be {example.answer!r}: only the words that answer the "
-             "question, copied from the passage, not a sentence."]
+    parts = [
+        f"The answer {answer[:120]!r} should be {example.answer!r}: only the words that answer the "
+        "question, copied from the passage, not a sentence."
+    ]
     evidence = getattr(pred, "evidence", None)
     if evidence is not None and not _evidence_ok(example, evidence):
-        parts.append(f"The evidence {str(evidence)[:160]!r} does not contain the answer; the right sentence "
-                     f"is {example.evidence!r}.")
+        parts.append(
+            f"The evidence {str(evidence)[:160]!r} does not contain the answer; the right sentence "
+            f"is {example.evidence!r}."
+        )
     return dspy.Prediction(score=round(score, 4), feedback=" ".join(parts))
 
 
@@ -210,8 +326,12 @@ def hint(example: dspy.Example, pred_name: str, prediction: Any, feedback: str |
     if f1(str(getattr(prediction, "answer", "") or ""), example.answer) == 1.0:
         return None
     if pred_name == "locate":
-        return (f"Copy exactly one sentence of the passage: the sentence that contains {example.answer!r} "
-                "and answers the question.")
+        return (
+            f"Copy exactly one sentence of the passage: the sentence that contains {example.answer!r} "
+            "and answers the question."
+        )
     n = len(example.answer.split())
-    return (f"Reply with only the {n} word{'s' if n > 1 else ''} of the evidence that answer the question "
-            "(a name, place, job, year, organization or instrument), with no other words and no sentence.")
+    return (
+        f"Reply with only the {n} word{'s' if n > 1 else ''} of the evidence that answer the question "
+        "(a name, place, job, year, organization or instrument), with no other words and no sentence."
+    )

@@ -1,0 +1,1 @@
+"""The main job: AgentGrad optimizing a real program on the embedded LM, offline."""

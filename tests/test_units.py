@@ -1,0 +1,178 @@
+"""One pure piece per test: clustering, sampling, budget, journal, paid work, retries, auto budget."""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+
+import pytest
+
+from dspy_agentgrad.budget import Budget, BudgetExhausted
+from dspy_agentgrad.clustering import (
+    GradientGroup,
+    min_cluster_size,
+    normalize_clusters,
+    random_minibatches,
+    tfidf_groups,
+)
+from dspy_agentgrad.config import auto_budget
+from dspy_agentgrad.engine import BatchSampler
+from dspy_agentgrad.paid_work import PaidWork
+from dspy_agentgrad.prompt_text import input_values, instructions, output_fields
+from dspy_agentgrad.retries import RetryPolicy, error_kind, is_transient
+from dspy_agentgrad.store import Memo
+
+# ---- clustering -----------------------------------------------------------------------------------
+
+
+def test_cyclic_schedule_repeats():
+    assert [min_cluster_size((3, 2, 1), r) for r in range(7)] == [3, 2, 1, 3, 2, 1, 3]
+
+
+def test_normalize_clusters_drops_bad_members_and_keeps_every_gradient_once():
+    raw = [([0, "2", 2, 9, "x"], " fix A "), ([1, 2], "fix B"), ([3], ""), ("not a list", "fix C")]
+    groups = normalize_clusters(raw, 4)
+    assert groups[:2] == [GradientGroup([0, 2], "fix A"), GradientGroup([1], "fix B")]
+    assert sorted(m for g in groups for m in g.members) == [0, 1, 2, 3]
+    assert GradientGroup([3], "") in groups  # an empty text leaves its member on its own
+
+
+def test_tfidf_groups_separates_unrelated_corrections():
+    texts = ["always cite the passage title", "cite the passage title always", "answer in lowercase letters only"]
+    groups = tfidf_groups(texts)
+    assert sorted(map(sorted, groups)) == [[0, 1], [2]]
+    assert tfidf_groups([]) == [] and tfidf_groups(["one"]) == [[0]]
+    assert tfidf_groups(["the a", "an the"]) == [[0, 1]]  # stop words only: one group
+
+
+def test_random_minibatches_cover_every_index_once():
+    batches = random_minibatches(7, 3, random.Random(0))
+    assert [len(b) for b in batches] == [3, 3, 1] and sorted(sum(batches, [])) == list(range(7))
+
+
+# ---- batch sampler and budgets -------------------------------------------------------------------
+
+
+def test_batch_sampler_visits_every_example_each_epoch():
+    sampler = BatchSampler(5, 2, random.Random(1))
+    seen = [i for _ in range(5) for i in sampler.next()]  # 10 draws = two epochs
+    assert sorted(seen) == sorted(list(range(5)) * 2)
+    assert all(len(set(sampler.next())) == 2 for _ in range(10))
+
+
+def test_budget_charges_all_or_nothing():
+    budget = Budget(max_metric_calls=5)
+    budget.charge(3)
+    with pytest.raises(BudgetExhausted):
+        budget.charge(3)
+    assert budget.metric_calls == 3 and budget.remaining() == 2
+    budget.charge(2)
+    assert budget.remaining() == 0
+
+
+def test_prompt_caps_stop_the_next_call():
+    budget = Budget(max_prompt_tokens=10)
+    budget.check_prompt_caps()
+    budget.add_prompt_usage(10)
+    with pytest.raises(BudgetExhausted, match="token budget"):
+        budget.check_prompt_caps()
+
+
+def test_auto_budget_formula():
+    assert auto_budget("light", 3, 100, 50) == 50 + 4 * (16 * 6 + 100)
+    assert auto_budget("medium", 2, 10, 8) == 8 + 8 * (10 * 5 + 16)
+    with pytest.raises(ValueError, match="auto must be one of"):
+        auto_budget("huge", 3, 10, 10)
+
+
+# ---- journal and paid work -----------------------------------------------------------------------
+
+
+def test_memo_survives_a_reload_and_drops_a_torn_last_line(tmp_path):
+    memo = Memo(tmp_path)
+    memo.put("a", {"x": 1})
+    memo.put("b", [1, 2])
+    with open(tmp_path / "memo.jsonl", "a", encoding="utf-8") as handle:
+        handle.write('{"key": "c", "val')
+    again = Memo(tmp_path)
+    assert again.loaded == 2 and again.get("a") == {"x": 1} and again.get("b") == [1, 2] and again.get("c") is None
+    lines = (tmp_path / "memo.jsonl").read_text().splitlines()
+    assert [json.loads(line)["key"] for line in lines] == ["a", "b"]
+
+
+def test_paid_work_pays_once_per_key_even_when_threads_ask_together(tmp_path):
+    paid = []
+
+    def pay():
+        paid.append(1)
+        time.sleep(0.05)
+        return {"v": 42}
+
+    work = PaidWork(Memo(tmp_path), dict, dict)
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(work.settle("k", pay))) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(paid) == 1
+    assert sorted(new for _, new in results) == [False, False, False, True]
+    assert all(value == {"v": 42} for value, _ in results)
+    resumed = PaidWork(Memo(tmp_path), dict, dict)
+    assert resumed.settle("k", lambda: pytest.fail("paid again")) == ({"v": 42}, True)
+    assert resumed.pending(["k", "j", "j"]) == ["j"]
+
+
+def test_paid_work_lets_another_thread_retry_after_a_failed_payment(tmp_path):
+    work = PaidWork(Memo(None), dict, dict)
+    with pytest.raises(RuntimeError):
+        work.settle("k", lambda: (_ for _ in ()).throw(RuntimeError("boom")))
+    assert work.settle("k", lambda: {"ok": True}) == ({"ok": True}, True)
+
+
+# ---- retries --------------------------------------------------------------------------------------
+
+
+class RateLimitError(Exception):
+    pass
+
+
+def test_error_classification():
+    assert is_transient(TimeoutError()) and is_transient(ConnectionError()) and is_transient(RateLimitError())
+    wrapped = ValueError("wrapper")
+    wrapped.__cause__ = RateLimitError("429")
+    assert is_transient(wrapped) and error_kind(wrapped) == "transient:ValueError"
+    assert error_kind(type("AdapterParseError", (Exception,), {})()) == "parse:AdapterParseError"
+    assert error_kind(KeyError("x")) == "error:KeyError" and not is_transient(KeyError("x"))
+
+
+def test_retry_backoff_doubles(monkeypatch):
+    slept = []
+    monkeypatch.setattr(time, "sleep", slept.append)
+    policy = RetryPolicy(attempts=4, backoff_s=0.5)
+    for attempt in (1, 2, 3):
+        policy.wait(attempt)
+    assert slept == [0.5, 1.0, 2.0]
+
+
+# ---- DSPy prompt text ------------------------------------------------------------------------------
+
+
+def test_prompt_text_reads_back_what_the_chat_adapter_wrote():
+    import dspy
+
+    class QA(dspy.Signature):
+        """Answer briefly."""
+
+        question: str = dspy.InputField()
+        answer: str = dspy.OutputField()
+        score: list[int] = dspy.OutputField()
+
+    messages = dspy.ChatAdapter().format(QA, demos=[], inputs={"question": "Who?"})
+    system, user = messages[0]["content"], messages[-1]["content"]
+    assert [name for name, _ in output_fields(system)] == ["answer", "score"]
+    assert dict(output_fields(system))["score"] == "list[int]"
+    assert instructions(system) == "Answer briefly."
+    assert input_values(user) == {"question": "Who?"}
