@@ -111,7 +111,7 @@ class Proposer:
                 return {"outputs": outputs, "usage": usage, "errors": errors}
             errors.append(error_kind(error))
             if attempt < self.retry.attempts and is_transient(error):
-                self.retry.wait(attempt)
+                self.retry.wait(attempt, error)
         return {"outputs": None, "usage": usage, "errors": errors}
 
     def gradient(self, instruction: str, step_inputs: dict, original: dict, corrected: dict) -> str | None:

@@ -197,7 +197,7 @@ class ProgramRunner:
             for key in total_usage:
                 total_usage[key] += usage[key]
             if error is not None and is_transient(error) and attempt < self.retry.attempts:
-                self.retry.wait(attempt)
+                self.retry.wait(attempt, error)
                 continue
             steps = [
                 Step(self.names.get(id(p), type(p).__name__), to_jsonable(inputs), to_jsonable(dict(pred.items())))

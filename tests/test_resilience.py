@@ -52,7 +52,13 @@ def test_killed_run_resumes_to_the_same_result_without_paying_twice(tmp_path, un
     assert resumed["resumed"] is True
     assert decisions(resumed) == decisions(expected)
     # the metric call running when the kill came is the only one paid twice
-    assert len(ledger.read_text().splitlines()) <= expected_calls + 1
+    paid_calls = len(ledger.read_text().splitlines())
+    assert paid_calls <= expected_calls + 1
+    # the result accounts for both segments: the killed one too
+    assert resumed["paid"]["segments"] == len(resumed["segments"]) == 2
+    assert paid_calls - 1 <= resumed["paid"]["metric_calls"] <= paid_calls  # all but a call lost in flight
+    assert resumed["segments"][0]["metric_calls"] > 0 and resumed["segments"][0]["finished"] is False
+    assert resumed["wall_time_s"] == pytest.approx(sum(s["wall_time_s"] for s in resumed["segments"]))
 
 
 def test_resume_with_threads_reaches_the_same_result(tmp_path, uninterrupted):
