@@ -347,3 +347,42 @@ def test_program_runs_wait_as_long_as_the_server_asks(monkeypatch):
     dspy.configure(lm=fake_lm(SlowDown(World())))
     result = compile_once().detailed_results
     assert slept == [2.5] and result.program_errors["retries"] == 1
+
+
+# ---- log_dir cost ---------------------------------------------------------------------------------------
+
+
+def test_state_json_does_not_grow_with_the_rounds(tmp_path):
+    sizes = []
+    for rounds in (1, 4):
+        dspy.configure(lm=world_lm(World()))
+        train = make_data({"extract": 3, "notes": 3, "answer": 3, "none": 1})
+        AgentGrad(
+            feedback_metric, max_rounds=rounds, cluster_schedule=(1,), log_dir=tmp_path / str(rounds), **FAST
+        ).compile(Pipeline(), trainset=train, valset=VAL)
+        sizes.append((tmp_path / str(rounds) / "state.json").stat().st_size)
+    assert sizes[1] < 1.3 * sizes[0]
+
+
+def test_the_journal_is_synced_per_batch_not_per_record_and_stores_long_text_once(tmp_path, monkeypatch):
+    import os
+
+    synced = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd)))
+    dspy.configure(lm=world_lm(World()))
+    padding = " and some words that make this question long enough to be stored once" * 2
+    train = [
+        dspy.Example(question=ex.question + padding, answer=ex.answer).with_inputs("question")
+        for ex in make_data({"extract": 3, "notes": 3, "answer": 2})
+    ]
+    started = time.monotonic()
+    compile_once(tmp_path, trainset=train, num_threads=4, max_rounds=2)
+    elapsed = time.monotonic() - started
+    lines = [json.loads(line) for line in (tmp_path / "memo.jsonl").read_text().splitlines()]
+    records = [e for e in lines if "key" in e]
+    assert len(records) > 30
+    files_written = 4 + 2  # run.json, state.json (start, 2 rounds), result.json; the journal's closing sync
+    assert len(synced) <= files_written + elapsed / 1.0 + 1  # at most one journal sync per second
+    texts = [e["value"] for e in lines if "text" in e]
+    assert texts and len(texts) == len(set(texts))  # each long text written once, referred to after
