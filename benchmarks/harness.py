@@ -19,7 +19,6 @@ import inspect
 import logging
 import math
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +27,7 @@ from typing import Any
 import dspy
 
 from benchmarks.lms import UsageMeter
+from benchmarks.segments import SegmentLog
 
 logger = logging.getLogger(__name__)
 
@@ -94,7 +94,11 @@ class CountingMetric:
 # ---------------------------------------------------------------------------------------------
 @dataclass
 class OptimizerRun:
-    """What one optimizer produced under the harness. ``program`` is not serialised."""
+    """What one optimizer produced under the harness. ``program`` is not serialised.
+
+    ``metric_calls``, ``usage`` and ``wall_time_s`` are totals over every segment of the run (a run
+    killed and started again on its ``log_dir`` resumes there); ``segments`` has one entry per segment.
+    """
 
     name: str
     val_score: float | None
@@ -105,6 +109,7 @@ class OptimizerRun:
     instructions: dict[str, str]
     curve: list[list[float]] = field(default_factory=list)
     details: dict[str, Any] = field(default_factory=dict)
+    segments: list[dict] = field(default_factory=list)
     program: Any = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -119,6 +124,7 @@ class OptimizerRun:
             "instructions": self.instructions,
             "curve": [[int(c), float(s)] for c, s in self.curve],
             "details": _jsonable(self.details),
+            "segments": _jsonable(self.segments),
         }
 
 
@@ -440,28 +446,30 @@ def run_optimizer(
         "counter": counter,
     }
     logger.info("running %s (budget %s metric calls)", name, max_metric_calls)
-    start = time.perf_counter()
-    if name == "baseline":
-        compiled, val, curve, details = _run_baseline(program, trainset, valset, metric, ctx)
-        calls = len(valset)
-    else:
-        compiled, val, curve, details = _RUNNERS[name](program, trainset, valset, counter, ctx)
-        calls = counter.calls
-        details["feedback_only_metric_calls"] = counter.feedback_calls
-    wall = time.perf_counter() - start
+    with SegmentLog(log_dir, meter, counter) as segments:  # a resumed run counts its earlier segments too
+        if name == "baseline":
+            compiled, val, curve, details = _run_baseline(program, trainset, valset, metric, ctx)
+            calls = len(valset)
+        else:
+            compiled, val, curve, details = _RUNNERS[name](program, trainset, valset, counter, ctx)
+            calls = counter.calls
+            details["feedback_only_metric_calls"] = counter.feedback_calls
+        segments.finish(calls)
+    totals = segments.totals()
     curve = running_best(curve)
     if curve and curve[-1][0] < calls:
         curve.append([calls, curve[-1][1]])  # the budget spent after the last improvement
     return OptimizerRun(
         name=name,
         val_score=val,
-        metric_calls=calls,
+        metric_calls=totals["metric_calls"],
         budget=max_metric_calls,
-        usage=meter.snapshot(),
-        wall_time_s=wall,
+        usage=totals["usage"],
+        wall_time_s=totals["wall_time_s"],
         instructions=instructions_of(compiled),
         curve=curve,
         details=details,
+        segments=segments.segments,
         program=compiled,
     )
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from .identity import check_resume_despite
 from .tracing import HINT_DELIVERIES
 
 AUTO_ROUNDS = {"light": 4, "medium": 8, "heavy": 16}
@@ -50,6 +51,7 @@ class AgentGradConfig:
     retry_attempts: int = 3
     retry_backoff_s: float = 1.0
     track_stats: bool = True
+    resume_despite: tuple[str, ...] = ()
 
     def validate(self) -> None:
         if self.auto is not None and self.auto not in AUTO_ROUNDS:
@@ -89,13 +91,14 @@ class AgentGradConfig:
             raise ValueError(f"clustering must be 'lm' or 'tfidf'; got {self.clustering!r}")
         if self.hint_delivery not in HINT_DELIVERIES:
             raise ValueError(f"hint_delivery must be one of {HINT_DELIVERIES}; got {self.hint_delivery!r}")
+        self.resume_despite = check_resume_despite(self.resume_despite)
         if self.retry_backoff_s < 0:
             raise ValueError("retry_backoff_s must be >= 0")
 
     def fingerprint(self) -> dict:
         """The options that change decisions (not threads, logging or stats)."""
         data = asdict(self)
-        for key in ("num_threads", "track_stats", "retry_backoff_s"):
+        for key in ("num_threads", "track_stats", "retry_backoff_s", "resume_despite"):
             data.pop(key)
         data["cluster_schedule"] = list(self.cluster_schedule)
         return data

@@ -69,3 +69,25 @@ class Metric:
                 f"it returned {raw!r} ({type(raw).__name__})"
             )
         return MetricResult(float(value), str(feedback))
+
+
+class ScoreOutOfRange(MetricError):
+    """The metric returned a score outside ``[0, max_score]``."""
+
+
+def check_score_range(score: float, max_score: float, example: Any) -> None:
+    """Refuse a score outside ``[0, max_score]``: it would make every example look solved (or unsolvable)."""
+    if 0 <= score <= max_score:
+        return
+    shown = repr(dict(example.inputs())) if hasattr(example, "inputs") else repr(example)
+    shown = shown if len(shown) <= 200 else shown[:200] + " ...}"
+    if score > max_score:
+        fix = (
+            f"pass max_score=<the metric's best score> to AgentGrad (e.g. max_score=100 for a 0-100 metric), "
+            f"or scale the metric to [0, {max_score:g}]"
+        )
+    else:
+        fix = "make the metric return scores >= 0 (0 = worst)"
+    raise ScoreOutOfRange(
+        f"the metric scored {score:g} on the example with inputs {shown}, outside [0, max_score={max_score:g}]; {fix}"
+    )

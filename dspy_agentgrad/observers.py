@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 
 from tqdm.auto import tqdm
@@ -62,7 +63,13 @@ class ProgressBar(AgentGradCallback):
 
 
 class StateSnapshot(AgentGradCallback):
-    """Writes ``log_dir/state.json`` (the result so far) after the first validation and every round."""
+    """Writes ``log_dir/state.json`` after the first validation and at every round end.
+
+    The snapshot says where the run stands (round, budget spent, best score, the best
+    instructions, the last round, what was paid); its size does not grow with the
+    number of rounds. The full history is in ``result.json`` at the end, and the
+    journal holds everything a resume needs.
+    """
 
     def __init__(self, path: Path, snapshot: Callable[[], AgentGradResult]):
         self.path = path
@@ -70,7 +77,24 @@ class StateSnapshot(AgentGradCallback):
 
     def _write(self, step: str) -> None:
         result = self.snapshot()
-        atomic_write_json(self.path, {"step": step, "round": len(result.rounds), **result.to_dict()})
+        atomic_write_json(
+            self.path,
+            {
+                "step": step,
+                "round": len(result.rounds),
+                "metric_calls": result.metric_calls,
+                "max_metric_calls": result.max_metric_calls,
+                "initial_val_score": result.initial_val_score,
+                "best_val_score": result.best_val_score,
+                "best_instructions": result.final_instructions,
+                "candidates": len(result.candidates),
+                "accepted": len(result.accepted),
+                "last_round": asdict(result.rounds[-1]) if result.rounds else None,
+                "usage": {role: result.usage.get(role) for role in ("task", "prompt")},
+                "paid": result.paid,
+                "wall_time_s": result.wall_time_s,
+            },
+        )
 
     def on_validation_scored(self, event: ValidationScored) -> None:
         if event.candidate is None:

@@ -7,6 +7,7 @@ thread that is settling it, or takes it from the journal of an earlier (killed)
 run, or pays for it, and appends what was paid to the journal at once. Exactly one
 caller per key sees ``new=True``: the one that should count its usage and charge
 it, so a resumed run accounts for exactly what an uninterrupted run accounts for.
+The journal is synced to disk once the last settlement in flight is done.
 """
 
 from __future__ import annotations
@@ -64,4 +65,7 @@ class PaidWork(Generic[T]):
         finally:
             with self._lock:
                 self._in_flight.pop(key).set()
+                drained = not self._in_flight
+            if drained:
+                self.memo.sync()  # group commit: one fsync per settled batch, not one per record
         return value, True

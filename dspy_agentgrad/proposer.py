@@ -14,10 +14,11 @@ from typing import Any
 
 import dspy
 
-from .budget import Budget
+from .budget import Budget, worst_case_usage
 from .clustering import GradientGroup, normalize_clusters
 from .jsonable import digest, to_jsonable
 from .paid_work import PaidWork
+from .parallel import current_batch
 from .retries import RetryPolicy, error_kind, is_transient
 from .signatures import (
     AbstractGradients,
@@ -68,13 +69,25 @@ class Proposer:
 
     def _call(self, role: str, signature: type[dspy.Signature], inputs: dict[str, Any]) -> dict | None:
         key = f"role:{signature.__name__}:{digest(inputs)}"
-        record, new = self.work.settle(key, lambda: self._ask(role, signature, inputs))
-        if new:
-            usage = record["usage"]
-            self.ledger.add("prompt", role, usage)
-            self.budget.add_prompt_usage(
-                usage["prompt_tokens"] + usage["completion_tokens"], self.price(usage) if self.price else 0.0
+        reservation = None
+        if not self.work.is_settled(key):
+            bound = worst_case_usage(self.prompt_model, signature, inputs)
+            reservation = self.budget.reserve(
+                key, sum(bound.values()), self.price(bound) if self.price else 0.0, current_batch()
             )
+        try:
+            record, new = self.work.settle(key, lambda: self._ask(role, signature, inputs))
+        except BaseException:
+            self.budget.settle(reservation, 0)
+            raise
+        usage = record["usage"] if new else empty_usage()
+        self.budget.settle(
+            reservation,
+            usage["prompt_tokens"] + usage["completion_tokens"],
+            self.price(usage) if new and self.price else 0.0,
+        )
+        if new:
+            self.ledger.add("prompt", role, usage)
             with self._lock:
                 if record["outputs"] is None:
                     self.failures[role] += 1
@@ -83,7 +96,6 @@ class Proposer:
         return record["outputs"]
 
     def _ask(self, role: str, signature: type[dspy.Signature], inputs: dict[str, Any]) -> dict:
-        self.budget.check_prompt_caps()
         usage, errors = empty_usage(), []
         for attempt in range(1, self.retry.attempts + 1):
             try:
@@ -99,7 +111,7 @@ class Proposer:
                 return {"outputs": outputs, "usage": usage, "errors": errors}
             errors.append(error_kind(error))
             if attempt < self.retry.attempts and is_transient(error):
-                self.retry.wait(attempt)
+                self.retry.wait(attempt, error)
         return {"outputs": None, "usage": usage, "errors": errors}
 
     def gradient(self, instruction: str, step_inputs: dict, original: dict, corrected: dict) -> str | None:

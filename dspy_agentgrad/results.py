@@ -94,9 +94,34 @@ class RoundRecord:
     metric_calls: int = 0
 
 
+def paid_totals(segments: list[dict]) -> dict:
+    """Wall time, metric calls and LM usage summed over segments."""
+    totals: dict[str, Any] = {
+        "segments": len(segments),
+        "wall_time_s": 0.0,
+        "metric_calls": 0,
+        "task": {},
+        "prompt": {},
+    }
+    for seg in segments:
+        totals["wall_time_s"] += seg.get("wall_time_s", 0.0)
+        totals["metric_calls"] += seg.get("metric_calls", 0)
+        for role in ("task", "prompt"):
+            for key, value in seg.get(role, {}).items():
+                totals[role][key] = totals[role].get(key, 0) + value
+    return totals
+
+
 @dataclass
 class AgentGradResult:
-    """Everything a run decided and spent; ``to_dict``/``from_dict`` round-trip it through JSON."""
+    """Everything a run decided and spent; ``to_dict``/``from_dict`` round-trip it through JSON.
+
+    ``metric_calls`` and ``usage`` are the algorithm's own count: the same for a run
+    that was killed and resumed as for one that was not. What was really paid over
+    every compile on the ``log_dir`` (killed segments and work paid twice included)
+    is in ``paid`` (totals) and ``segments`` (one entry per compile: wall time,
+    metric calls and LM usage paid in it); ``wall_time_s`` is the total of all segments.
+    """
 
     best_val_score: float
     initial_val_score: float
@@ -111,6 +136,8 @@ class AgentGradResult:
     program_errors: dict[str, int] = field(default_factory=dict)
     prompt_role_failures: dict[str, int] = field(default_factory=dict)
     wall_time_s: float = 0.0
+    segments: list[dict] = field(default_factory=list)
+    paid: dict = field(default_factory=dict)
     stop_reason: str = ""
     interrupted: bool = False
     resumed: bool = False
@@ -126,6 +153,7 @@ class AgentGradResult:
         initial_instructions: dict[str, str],
         wall_time_s: float,
         resumed: bool,
+        segments: list[dict] | None = None,
         options: dict,
         log_dir: str | None,
     ) -> AgentGradResult:
@@ -152,6 +180,8 @@ class AgentGradResult:
             program_errors=dict(engine.evaluator.errors),
             prompt_role_failures=dict(engine.proposer.failures),
             wall_time_s=wall_time_s,
+            segments=list(segments or []),
+            paid=paid_totals(segments or []),
             stop_reason=engine.stop_reason,
             interrupted=engine.interrupted,
             resumed=resumed,
@@ -199,7 +229,10 @@ class AgentGradResult:
             "",
             f"- validation score: {self.initial_val_score:.4f} -> {self.best_val_score:.4f}",
             f"- metric calls: {self.metric_calls}" + (f" of {self.max_metric_calls}" if self.max_metric_calls else ""),
-            f"- rounds: {len(self.rounds)}; stop: {self.stop_reason}; wall time: {self.wall_time_s:.1f} s",
+            f"- rounds: {len(self.rounds)}; stop: {self.stop_reason}; wall time: {self.wall_time_s:.1f} s"
+            + (f" over {len(self.segments)} segments (resumed)" if len(self.segments) > 1 else ""),
+            f"- paid over all segments: {self.paid.get('metric_calls', self.metric_calls)} metric calls; "
+            f"task LM {self.paid.get('task', {})}; prompt LM {self.paid.get('prompt', {})}",
             f"- task LM: {self.usage.get('task', {})}; prompt LM: {self.usage.get('prompt', {})}",
             f"- program errors: {self.program_errors or 'none'}; "
             f"prompt-LM role failures: {self.prompt_role_failures or 'none'}",

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import logging
 import random
-import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +18,7 @@ from .config import AUTO_ROUNDS, AgentGradConfig, auto_budget
 from .engine import HintFn, RoundEngine
 from .evaluation import Evaluator
 from .hints import default_hint
+from .identity import check_lm, lm_identity, metric_identity, prompts_digest
 from .jsonable import digest, example_key
 from .metric import Metric
 from .observers import ProgressBar, StateSnapshot
@@ -25,17 +26,34 @@ from .pricing import price_function
 from .proposer import Proposer
 from .results import AgentGradResult, AttributionReport
 from .retries import RetryPolicy
+from .run_lock import LogDirLock
 from .store import Memo, atomic_write_json, check_fingerprint
 from .tracing import ProgramRunner
 from .usage import UsageLedger
 
 logger = logging.getLogger("dspy_agentgrad")
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: the fingerprint holds the metric, the LMs and the prompts
 _DEFAULTS = AgentGradConfig()
 
 
+def _unencodable_text(value: Any) -> str | None:
+    """The first string inside ``value`` that UTF-8 cannot encode (a lone surrogate), if any."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return value
+        return None
+    items = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple, set)) else ()
+    return next((bad for bad in map(_unencodable_text, items) if bad is not None), None)
+
+
 def _check_examples(examples: Any, name: str) -> list[dspy.Example]:
+    if examples is not None and not isinstance(examples, (list, tuple)):
+        if isinstance(examples, (str, bytes, dict, dspy.Example)) or not hasattr(examples, "__iter__"):
+            raise TypeError(f"{name} must be a list of dspy.Example; got {type(examples).__name__}")
+        examples = list(examples)  # a generator or other iterable: read it once, here
     if examples is None or len(examples) == 0:
         raise ValueError(
             f"{name} is empty: AgentGrad needs examples (dspy.Example with .with_inputs(...)) to learn from"
@@ -49,7 +67,29 @@ def _check_examples(examples: Any, name: str) -> list[dspy.Example]:
             raise ValueError(
                 f"{name}[{i}] has no input fields: build it with dspy.Example(...).with_inputs('field', ...)"
             ) from None
+        for field_name, value in ex.items():
+            bad = _unencodable_text(value)
+            if bad is not None:
+                raise ValueError(
+                    f"{name}[{i}] field {field_name!r} holds text that is not valid Unicode (a lone surrogate, "
+                    f"as in {bad[:60]!r}); clean it, e.g. text.encode('utf-8', 'replace').decode('utf-8')"
+                )
     return list(examples)
+
+
+def _checked_hint_fn(hint_fn: HintFn) -> HintFn:
+    """``hint_fn`` with its result checked: a str, None, or an object with a str ``text`` (a Hint)."""
+
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        hint = hint_fn(*args, **kwargs)
+        if hint is None or isinstance(hint, str) or isinstance(getattr(hint, "text", None), str):
+            return hint
+        raise TypeError(
+            f"hint_fn returned a {type(hint).__name__} ({str(hint)[:80]!r}); it must return the hint as a str, "
+            "or None when it has no hint for this example"
+        )
+
+    return checked
 
 
 def _predictor_names(program: Any) -> list[str]:
@@ -108,6 +148,7 @@ class AgentGrad(Teleprompter):
         hint_delivery: str = _DEFAULTS.hint_delivery,
         retry_attempts: int = _DEFAULTS.retry_attempts,
         retry_backoff_s: float = _DEFAULTS.retry_backoff_s,
+        resume_despite: tuple[str, ...] = _DEFAULTS.resume_despite,
         callbacks: list[Any] | None = None,
         progress: bool = True,
     ):
@@ -119,6 +160,8 @@ class AgentGrad(Teleprompter):
                 "hint_fn must be callable as hint_fn(example, pred_name, prediction, feedback) -> str | None"
             )
         self.hint_fn = hint_fn
+        check_lm(prompt_model, "prompt_model")
+        check_lm(task_model, "task_model")
         self.prompt_model = prompt_model
         self.task_model = task_model
         self.log_dir = Path(log_dir) if log_dir is not None else None
@@ -146,6 +189,7 @@ class AgentGrad(Teleprompter):
             retry_attempts=retry_attempts,
             retry_backoff_s=retry_backoff_s,
             track_stats=track_stats,
+            resume_despite=resume_despite,
         )
         self.config.validate()
 
@@ -160,6 +204,8 @@ class AgentGrad(Teleprompter):
         prompt = self.prompt_model or dspy.settings.lm
         if task is None or prompt is None:
             raise ValueError("no LM: pass task_model= and prompt_model=, or call dspy.configure(lm=dspy.LM(...)) first")
+        check_lm(task, "the task LM (task_model or dspy.settings.lm)")
+        check_lm(prompt, "the prompt LM (prompt_model or dspy.settings.lm)")
         return task, prompt
 
     def _engine(
@@ -176,7 +222,7 @@ class AgentGrad(Teleprompter):
         retry = RetryPolicy(self.config.retry_attempts, self.config.retry_backoff_s)
         memo, ledger = Memo(log_dir), UsageLedger()
         evaluator = Evaluator(
-            ProgramRunner(student, self._metric, task, retry, self.config.hint_delivery),
+            ProgramRunner(student, self._metric, task, retry, self.config.hint_delivery, self.config.max_score),
             memo,
             budget,
             ledger,
@@ -189,7 +235,7 @@ class AgentGrad(Teleprompter):
             self.config,
             evaluator,
             proposer,
-            self.hint_fn or default_hint,
+            _checked_hint_fn(self.hint_fn) if self.hint_fn else default_hint,
             {n: _signature_text(p) for n, p in predictors.items()},
             {n: p.signature.instructions for n, p in predictors.items()},
             trainset,
@@ -236,31 +282,45 @@ class AgentGrad(Teleprompter):
                 self.config.auto, len(names), len(trainset), len(valset), self.config.train_batch_size
             )
             max_rounds = max_rounds or AUTO_ROUNDS[self.config.auto]
+        with LogDirLock(self.log_dir) if self.log_dir is not None else nullcontext():
+            return self._optimize(student, trainset, valset, max_calls, max_rounds)
+
+    def _fingerprint(self, student: dspy.Module, trainset: list, valset: list) -> dict:
+        """What a resumed run must share with the run in ``log_dir`` (see :mod:`identity`)."""
+        task, prompt = self._lms()
+        return {
+            "format": FORMAT_VERSION,
+            "program": {
+                n: {"signature": _signature_text(p), "instructions": p.signature.instructions}
+                for n, p in student.named_predictors()
+            },
+            "trainset": digest([example_key(e) for e in trainset]),
+            "valset": digest([example_key(e) for e in valset]),
+            "options": self.config.fingerprint(),
+            "metric": metric_identity(self.metric),
+            "task_lm": lm_identity(task),
+            "prompt_lm": lm_identity(prompt),
+            "prompts": prompts_digest(),
+        }
+
+    def _optimize(
+        self, student: dspy.Module, trainset: list, valset: list, max_calls: int | None, max_rounds: int | None
+    ) -> dspy.Module:
         initial = {n: p.signature.instructions for n, p in student.named_predictors()}
         resumed = False
         if self.log_dir is not None:
-            resumed = check_fingerprint(
-                self.log_dir,
-                {
-                    "format": FORMAT_VERSION,
-                    "program": {
-                        n: {"signature": _signature_text(p), "instructions": p.signature.instructions}
-                        for n, p in student.named_predictors()
-                    },
-                    "trainset": digest([example_key(e) for e in trainset]),
-                    "valset": digest([example_key(e) for e in valset]),
-                    "options": self.config.fingerprint(),
-                },
-            )
+            fingerprint = self._fingerprint(student, trainset, valset)
+            resumed = check_fingerprint(self.log_dir, fingerprint, self.config.resume_despite)
         budget = Budget(max_calls, self.config.max_prompt_tokens, self.config.max_prompt_cost)
         options = {**self.config.fingerprint(), "max_rounds": max_rounds, "num_threads": self.config.num_threads}
-        started = time.time()
 
         def snapshot() -> AgentGradResult:
+            segments = engine.evaluator.work.memo.segment_report()
             return AgentGradResult.from_run(
                 engine,
                 initial_instructions=initial,
-                wall_time_s=time.time() - started,
+                wall_time_s=sum(seg["wall_time_s"] for seg in segments),
+                segments=segments,
                 resumed=resumed,
                 options=options,
                 log_dir=str(self.log_dir) if self.log_dir else None,
@@ -270,13 +330,18 @@ class AgentGrad(Teleprompter):
         if self.log_dir is not None:
             observers.append(StateSnapshot(self.log_dir / "state.json", snapshot))
         engine = self._engine(student, trainset, valset, budget, self.log_dir, observers + self.callbacks)
+        memo = engine.evaluator.work.memo
         if resumed:
             logger.info(
-                "resuming from %s: %d paid results on disk will be replayed, not paid again",
+                "resuming from %s: %d paid results on disk will be replayed, not paid again%s",
                 self.log_dir,
-                engine.evaluator.work.memo.loaded,
+                memo.loaded,
+                f" ({memo.dropped} damaged journal line(s) skipped)" if memo.dropped else "",
             )
-        engine.run(max_rounds)
+        try:
+            engine.run(max_rounds)
+        finally:
+            memo.close()
         if engine.interrupted:
             logger.warning(
                 "AgentGrad interrupted: returning the best program so far%s",

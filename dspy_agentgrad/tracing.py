@@ -18,7 +18,7 @@ from typing import Any
 import dspy
 
 from .jsonable import to_jsonable
-from .metric import Metric
+from .metric import Metric, check_score_range
 from .retries import RetryPolicy, error_kind, is_transient
 from .usage import empty_usage, track
 
@@ -153,8 +153,10 @@ class ProgramRunner:
         task_model: Any = None,
         retry: RetryPolicy | None = None,
         hint_delivery: str = "input_field",
+        max_score: float | None = None,
     ):
         self.program = student.deepcopy()
+        self.max_score = max_score
         self.metric = metric
         self.task_model = task_model
         self.retry = retry or RetryPolicy()
@@ -195,7 +197,7 @@ class ProgramRunner:
             for key in total_usage:
                 total_usage[key] += usage[key]
             if error is not None and is_transient(error) and attempt < self.retry.attempts:
-                self.retry.wait(attempt)
+                self.retry.wait(attempt, error)
                 continue
             steps = [
                 Step(self.names.get(id(p), type(p).__name__), to_jsonable(inputs), to_jsonable(dict(pred.items())))
@@ -212,6 +214,8 @@ class ProgramRunner:
                     attempt,
                 )
             result = self.metric(example, prediction)
+            if self.max_score is not None:
+                check_score_range(result.score, self.max_score, example)
             outputs = (
                 to_jsonable(dict(prediction.items()))
                 if hasattr(prediction, "items")

@@ -1,0 +1,94 @@
+"""What a run depends on beyond program, data and options: the metric, the LMs and the optimizer's prompts.
+
+These go into the resume fingerprint (``run.json``), so that resuming a run with another metric,
+another task or prompt LM, or another version of the LM-role prompts is refused instead of silently
+replaying results that were paid for under the old ones. LM identities hold the model name and the
+generation settings only: keys, headers and endpoints never reach a file.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import Any
+
+import dspy
+from pydantic import BaseModel
+
+from . import signatures
+from .jsonable import digest
+
+#: Settings of ``dspy.LM`` that change what the model generates (an allowlist: nothing else is written).
+GENERATION_KEYS = (
+    "temperature",
+    "max_tokens",
+    "max_completion_tokens",
+    "top_p",
+    "top_k",
+    "n",
+    "stop",
+    "seed",
+    "reasoning_effort",
+    "frequency_penalty",
+    "presence_penalty",
+    "response_format",
+    "rollout_id",
+)
+
+#: Fingerprint parts a user may knowingly change on resume (``AgentGrad(resume_despite=...)``).
+OVERRIDABLE = ("metric", "task_lm", "prompt_lm", "prompts")
+
+
+def _source_digest(obj: Any) -> str | None:
+    try:
+        return digest(inspect.getsource(obj))
+    except (OSError, TypeError):
+        return None  # built-ins, C functions, code typed at a REPL: the name alone identifies them
+
+
+def metric_identity(metric: Any) -> dict[str, str | None]:
+    """Qualified name of the metric (or of its class or wrapped function) and a digest of its source."""
+    target = metric.func if isinstance(metric, functools.partial) else metric
+    if not (inspect.isfunction(target) or inspect.ismethod(target)):
+        target = type(target)
+    name = f"{getattr(target, '__module__', '?')}.{getattr(target, '__qualname__', type(target).__name__)}"
+    return {"name": name, "source": _source_digest(target)}
+
+
+def lm_identity(lm: Any) -> dict[str, Any]:
+    """The model name, LM class and generation settings of ``lm``; never credentials or endpoints."""
+    kwargs = getattr(lm, "kwargs", None) or {}
+    settings = {k: kwargs[k] for k in GENERATION_KEYS if kwargs.get(k) is not None}
+    return {"class": type(lm).__qualname__, "model": getattr(lm, "model", None), "settings": settings}
+
+
+def prompts_digest() -> str:
+    """A digest of every LM-role prompt in :mod:`dspy_agentgrad.signatures` (instructions and fields)."""
+    found = {}
+    for name, value in sorted(vars(signatures).items()):
+        if isinstance(value, type) and issubclass(value, dspy.Signature) and value is not dspy.Signature:
+            fields = {
+                field: {"desc": info.json_schema_extra.get("desc"), "type": str(info.annotation)}
+                for field, info in value.fields.items()
+            }
+            found[name] = {"instructions": value.instructions, "fields": fields}
+        elif isinstance(value, type) and issubclass(value, BaseModel) and value is not BaseModel:
+            found[name] = value.model_json_schema()  # structured output types carry prompt text too
+    return digest(found)
+
+
+def check_lm(value: Any, option: str) -> None:
+    """A clear error for a task or prompt model that is not a DSPy LM (e.g. a model name string)."""
+    if value is not None and not isinstance(value, dspy.BaseLM):
+        hint = f"; wrap it: {option}=dspy.LM({value!r})" if isinstance(value, str) else ""
+        raise TypeError(
+            f"{option} must be a dspy.BaseLM (e.g. dspy.LM('openai/gpt-5-mini')); got {type(value).__name__}{hint}"
+        )
+
+
+def check_resume_despite(parts: Any) -> tuple[str, ...]:
+    parts = (parts,) if isinstance(parts, str) else tuple(parts or ())
+    unknown = [p for p in parts if p not in OVERRIDABLE]
+    if unknown:
+        raise ValueError(f"resume_despite accepts {', '.join(OVERRIDABLE)}; got {', '.join(map(repr, unknown))}")
+    return parts
