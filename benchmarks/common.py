@@ -153,8 +153,38 @@ def _shared_deepcopy(self, memo):
 BM25Search.__deepcopy__ = _shared_deepcopy
 
 
-class CorpusUnavailable(RuntimeError):
+class DataUnavailable(RuntimeError):
+    """Data a benchmark needs cannot be had: it must be downloaded and there is no network (or no cache)."""
+
+
+class CorpusUnavailable(DataUnavailable):
     """The retrieval corpus a benchmark needs cannot be had (offline and not cached)."""
+
+
+def download_file(url: str, target: Path, *, what: str, timeout: float = 30.0) -> Path:
+    """``target``, downloading ``url`` there first unless it is cached; a clear :class:`DataUnavailable`
+    (never a traceback) when the download fails, e.g. with no network."""
+    import urllib.request
+
+    target = Path(target)
+    if target.exists():
+        return target
+    if os.environ.get("AGENTGRAD_OFFLINE"):
+        raise DataUnavailable(f"{what} is not cached at {target} and AGENTGRAD_OFFLINE is set")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(target.name + ".part")
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp, open(partial, "wb") as out:
+            while chunk := resp.read(1 << 20):
+                out.write(chunk)
+    except Exception as exc:  # no network, DNS failure, HTTP error, timeout
+        partial.unlink(missing_ok=True)
+        raise DataUnavailable(
+            f"could not download {what} from {url} ({type(exc).__name__}: {exc}). Without network, run with "
+            f"--source offline, or put the file at {target} by hand."
+        ) from exc
+    partial.rename(target)
+    return target
 
 
 # The Wikipedia 2017 abstracts (the corpus of HotpotQA's fullwiki setting), as DSPy's retrieval

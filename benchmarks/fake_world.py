@@ -20,7 +20,12 @@ from collections.abc import Iterable
 
 from dspy_agentgrad.testing import FakeCall
 
-TASK_FIELDS = ("answer", "query", "summary", "response", "final_response")
+TASK_FIELDS = ("answer", "query", "summary", "response", "final_response", "llm_request")
+JUDGE_FIELDS = ("judgment", "num_pii_leaked")
+#: PUPA's two trusted steps (their output fields).
+PUPA_FIELDS = ("llm_request", "response")
+#: A response the fake judge finds worse than any real one.
+POOR_RESPONSE = "ok"
 _PRODUCES = re.compile(r"produce the fields? `(\w+)`")
 
 
@@ -40,11 +45,35 @@ def _field_of(instruction: str) -> str | None:
     for field in TASK_FIELDS:
         if fix_token(field) in instruction:
             return field
-    if "final response" in instruction.lower() or "constraint" in instruction.lower():
-        return "final_response"
-    if "respond to the query" in instruction.lower():
-        return "response"
+    lowered = instruction.lower()
+    for keyword, field in _KEYWORDS:
+        if keyword in lowered:
+            return field
     return None
+
+
+#: Words of the benchmarks' seed instructions that tell which predictor an instruction belongs to.
+_KEYWORDS = (
+    ("final response", "final_response"),
+    ("constraint", "final_response"),
+    ("respond to the query", "response"),
+    ("answer the user's query", "response"),
+    ("private", "llm_request"),
+)
+
+
+def _redact(text: str, units: list[str]) -> str:
+    for unit in sorted(units, key=len, reverse=True):
+        text = re.sub(re.escape(unit), "[REDACTED]", text, flags=re.IGNORECASE)
+    return text
+
+
+def _pii_list(text: str) -> list[str]:
+    try:
+        value = json.loads(text)
+    except (TypeError, ValueError):
+        return [p.strip() for p in str(text).split("||") if p.strip()]
+    return [str(v) for v in value] if isinstance(value, list) else [str(value)]
 
 
 class BenchWorld:
@@ -57,7 +86,7 @@ class BenchWorld:
     def __init__(self, examples: Iterable, easy_every: int = 3):
         self.gold: dict[str, object] = {}
         for ex in examples:
-            for key in ("question", "claim", "query"):
+            for key in ("question", "claim", "query", "user_query"):
                 if ex.get(key):
                     self.gold[str(ex.get(key)).strip()] = ex
         self.easy_every = easy_every
@@ -70,10 +99,20 @@ class BenchWorld:
 
     # -- task predictors -------------------------------------------------------------------------
     def _fixed(self, call: FakeCall, field: str, key: str) -> bool:
-        return fix_token(field) in call.instructions or call.hint is not None or _stable(key) % self.easy_every == 0
+        if fix_token(field) in call.instructions or call.hint is not None:
+            return True
+        if field in PUPA_FIELDS:  # one faulty step per example (or none), so one hinted step can fix it
+            return (None, *PUPA_FIELDS)[_stable(key) % (len(PUPA_FIELDS) + 1)] != field
+        return _stable(key) % self.easy_every == 0
 
     def _task(self, call: FakeCall) -> dict:
-        key = (call.inputs.get("question") or call.inputs.get("claim") or call.inputs.get("query") or "").strip()
+        key = (
+            call.inputs.get("question")
+            or call.inputs.get("claim")
+            or call.inputs.get("query")
+            or call.inputs.get("user_query")
+            or ""
+        ).strip()
         ex = self.gold.get(key)
         out = {"reasoning": "Step by step."}
         for field in call.output_fields:
@@ -88,13 +127,32 @@ class BenchWorld:
                 out[field] = " ".join(titles) if good and titles else key
             elif field == "answer":
                 out[field] = str(ex.get("answer")) if good else "unknown"
+            elif field == "response" and "related_llm_response" in call.inputs:  # PUPA's final response
+                out[field] = "In short: " + str(ex.get("target_response"))[:200] if good else POOR_RESPONSE
             elif field == "response":
                 out[field] = "Draft: " + key[:200]
+            elif field == "llm_request":  # PUPA: the query without its PII units, or the private query itself
+                out[field] = _redact(key, _pii_list(str(ex.get("pii_str") or ""))) if good else key
             elif field == "final_response":
                 out[field] = key if good else "ok"
             else:
                 out[field] = "ok"
         return out
+
+    # -- PUPA's untrusted model and judge ----------------------------------------------------------
+    def _untrusted(self, call: FakeCall) -> str:
+        self._count("untrusted")
+        return "Here is some help with: " + call.user[:200]
+
+    def _judge(self, call: FakeCall) -> dict:
+        if "num_pii_leaked" in call.output_fields:
+            self._count("judge_leakage")
+            prompt = call.inputs.get("prompt", "").lower()
+            leaked = sum(1 for unit in _pii_list(call.inputs.get("pii", "[]")) if unit.lower() in prompt)
+            return {"reasoning": "Counted.", "num_pii_leaked": leaked}
+        self._count("judge_quality")
+        a, b = call.inputs.get("response_A", "").strip(), call.inputs.get("response_B", "").strip()
+        return {"reasoning": "Compared.", "judgment": a != POOR_RESPONSE or b == POOR_RESPONSE}
 
     # -- optimizer roles -------------------------------------------------------------------------
     def _with_fix(self, instruction: str) -> str:
@@ -147,7 +205,11 @@ class BenchWorld:
             return self._agentgrad(call)
         if "proposed_instruction" in call.output_fields:
             return self._mipro(call)
+        if any(f in JUDGE_FIELDS for f in call.output_fields):
+            return self._judge(call)
         if any(f in TASK_FIELDS for f in call.output_fields):
             return self._task(call)
+        if not call.output_fields and not call.system:
+            return self._untrusted(call)
         self._count("other")
         return {name: "A short description." for name in call.output_fields}

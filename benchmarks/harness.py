@@ -414,13 +414,15 @@ def run_optimizer(
     log_dir: str | Path | None = None,
     cache_dir: str | Path | None = None,
     options: dict[str, dict] | None = None,
+    extra_lms: dict[str, dspy.BaseLM] | None = None,
 ) -> OptimizerRun:
     """Run optimizer ``name`` ("baseline", "agentgrad", "gepa", "miprov2") on ``program``.
 
     ``metric`` is GEPA's feedback metric ``(gold, pred, trace, pred_name, pred_trace)``; MIPROv2 and
     the baseline get its score only. ``cache_dir``: a DSPy disk cache used only by this run (``None``
     leaves DSPy's cache configuration alone; ``"off"`` disables the cache). ``options``: extra
-    keyword arguments per optimizer, e.g. ``{"gepa": {"use_merge": False}}``.
+    keyword arguments per optimizer, e.g. ``{"gepa": {"use_merge": False}}``. ``extra_lms``: the
+    benchmark's other LMs by role (PUPA's ``untrusted`` and ``judge``), metered under their role.
     """
     if name not in _RUNNERS:
         raise ValueError(f"unknown optimizer {name!r}; choose from {', '.join(OPTIMIZERS)}")
@@ -429,6 +431,8 @@ def run_optimizer(
     meter = UsageMeter()
     meter.attach(task_lm, "task")
     meter.attach(prompt_lm, "prompt")
+    for role, lm in (extra_lms or {}).items():
+        meter.attach(lm, role)
     if cache_dir is not None:
         configure_cache(cache_dir)
     if log_dir is not None:

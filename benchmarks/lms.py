@@ -1,25 +1,124 @@
-"""Language models for the benchmarks: spec parsing and per-role usage metering."""
+"""Language models for the benchmarks: LM specs with per-LM settings, several endpoints per model,
+and per-role usage metering.
+
+A spec is ``fake``, ``local``, ``MODEL[@BASE[,BASE...]][?key=value&...]``, a JSON object, or the path
+of a JSON file holding one. Keys: ``model``, ``api_base`` (one URL or a list: several servers of one
+model, load-balanced with failover through a litellm Router), ``api_key_env`` (the NAME of the
+environment variable that holds the key; a key itself is refused), ``temperature``, ``top_p``,
+``top_k``, ``max_tokens``, ``extra_body`` (JSON, e.g. a thinking switch), ``num_retries``, ``timeout``.
+"""
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl
 
 import dspy
 from dspy.utils.callback import BaseCallback
 
 ROLES = ("task", "prompt")
 
+#: Sampling settings a spec may set, with their types.
+SAMPLING = {"temperature": float, "top_p": float, "top_k": int, "max_tokens": int}
 
-def parse_spec(spec: str) -> tuple[str, str | None]:
-    """``"openai/qwen3-8b@http://localhost:8000/v1"`` -> (model, api_base)."""
-    spec = spec.strip()
-    if "@" in spec:
-        model, base = spec.split("@", 1)
-        return model.strip(), base.strip() or None
-    return spec, None
+
+class LMSpecError(ValueError):
+    """An LM spec that cannot be used as written."""
+
+
+@dataclass
+class LMSpec:
+    """One LM as the benchmarks use it: which model, where, with which settings."""
+
+    model: str
+    api_bases: list[str] = field(default_factory=list)
+    api_key_env: str | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    max_tokens: int | None = None
+    extra_body: dict[str, Any] = field(default_factory=dict)
+    num_retries: int | None = None
+    timeout: float | None = None
+
+    def sampling(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in SAMPLING if getattr(self, k) is not None}
+
+    def api_key(self) -> str:
+        """The key from ``api_key_env``; without one, ``$OPENAI_API_KEY`` or ``EMPTY`` (local servers)."""
+        if self.api_key_env:
+            value = os.environ.get(self.api_key_env)
+            if not value:
+                raise LMSpecError(f"environment variable {self.api_key_env} (api_key_env of {self.model}) is not set")
+            return value
+        return os.environ.get("OPENAI_API_KEY", "EMPTY")
+
+    def describe(self) -> dict[str, Any]:
+        """The spec as written to results files (names the key's variable, never the key)."""
+        return {k: v for k, v in asdict(self).items() if v not in (None, [], {})}
+
+
+_KEYS = {"model", "api_base", "api_key_env", "extra_body", "num_retries", "timeout", *SAMPLING}
+
+
+def _from_mapping(raw: dict[str, Any], origin: str) -> LMSpec:
+    unknown = set(raw) - _KEYS
+    if unknown:
+        hint = " (put the key in an environment variable and name it with api_key_env)" if "api_key" in unknown else ""
+        raise LMSpecError(f"LM spec {origin}: unknown key(s) {sorted(unknown)}{hint}; known: {sorted(_KEYS)}")
+    if not raw.get("model"):
+        raise LMSpecError(f"LM spec {origin}: 'model' is missing")
+    bases = raw.get("api_base") or []
+    bases = [bases] if isinstance(bases, str) else list(bases)
+    extra = raw.get("extra_body") or {}
+    if isinstance(extra, str):
+        try:
+            extra = json.loads(extra)
+        except json.JSONDecodeError as exc:
+            raise LMSpecError(f"LM spec {origin}: extra_body is not JSON: {exc}") from exc
+    if not isinstance(extra, dict):
+        raise LMSpecError(f"LM spec {origin}: extra_body must be a JSON object")
+    try:
+        values = {k: SAMPLING[k](raw[k]) for k in SAMPLING if raw.get(k) is not None}
+        for key, cast in (("num_retries", int), ("timeout", float)):
+            if raw.get(key) is not None:
+                values[key] = cast(raw[key])
+    except (TypeError, ValueError) as exc:
+        raise LMSpecError(f"LM spec {origin}: {exc}") from exc
+    return LMSpec(
+        model=str(raw["model"]).strip(),
+        api_bases=[b.strip() for b in bases if b and b.strip()],
+        api_key_env=raw.get("api_key_env") or None,
+        extra_body=extra,
+        **values,
+    )
+
+
+def parse_spec(spec: str) -> LMSpec:
+    """``"openai/qwen3-8b@http://h1:8000/v1,http://h2:8000/v1?temperature=0.6&top_k=20"`` -> :class:`LMSpec`;
+    also a JSON object or a path to a ``.json`` file."""
+    text = spec.strip()
+    if text.startswith("{"):
+        try:
+            return _from_mapping(json.loads(text), "(JSON)")
+        except json.JSONDecodeError as exc:
+            raise LMSpecError(f"LM spec is not valid JSON: {exc}") from exc
+    if text.endswith(".json"):
+        path = Path(text).expanduser()
+        if not path.exists():
+            raise LMSpecError(f"LM spec file {path} does not exist")
+        return _from_mapping(json.loads(path.read_text(encoding="utf-8")), str(path))
+    text, _, query = text.partition("?")
+    model, _, bases = text.partition("@")
+    raw: dict[str, Any] = dict(parse_qsl(query, keep_blank_values=False))
+    raw.update(model=model, api_base=bases.split(",") if bases else [])
+    return _from_mapping(raw, repr(spec))
 
 
 def _reasoning_model(model: str) -> bool:
@@ -27,12 +126,13 @@ def _reasoning_model(model: str) -> bool:
     return name.startswith(("gpt-5", "o1", "o3", "o4"))
 
 
-def make_lm(spec: str, *, fake_rule: Callable | None = None, cache: bool = True, **kwargs: Any) -> dspy.LM:
+def make_lm(spec: str | LMSpec, *, fake_rule: Callable | None = None, cache: bool = True, **kwargs: Any) -> dspy.LM:
     """An LM from a spec: ``fake`` (rule-based, needs ``fake_rule``), ``local`` (the embedded model,
-    imported lazily) or a litellm model name with an optional ``@api_base``.
+    imported lazily) or a model spec (see the module docstring).
 
-    OpenAI reasoning models (gpt-5*, o1/o3/o4) get ``temperature=1.0, max_tokens=32000`` unless given,
-    as DSPy requires; an ``@api_base`` without ``OPENAI_API_KEY`` uses the key ``"EMPTY"`` (vLLM/SGLang).
+    OpenAI reasoning models (gpt-5*, o1/o3/o4) get ``temperature=1.0, max_tokens=32000`` unless the
+    spec says otherwise, as DSPy requires. Several ``api_base`` URLs give one LM whose calls a litellm
+    Router spreads over them (:mod:`benchmarks.lm_router`).
     """
     if spec == "fake":
         if fake_rule is None:
@@ -44,14 +144,37 @@ def make_lm(spec: str, *, fake_rule: Callable | None = None, cache: bool = True,
         from dspy_agentgrad.embedded_lm import local_lm  # written separately; heavy, so imported lazily
 
         return local_lm()
-    model, base = parse_spec(spec)
-    if base:
-        kwargs.setdefault("api_base", base)
-        kwargs.setdefault("api_key", os.environ.get("OPENAI_API_KEY", "EMPTY"))
-    if _reasoning_model(model):
-        kwargs.setdefault("temperature", 1.0)
-        kwargs.setdefault("max_tokens", 32000)
-    return dspy.LM(model, cache=cache, **kwargs)
+    lm_spec = spec if isinstance(spec, LMSpec) else parse_spec(spec)
+    settings = {**lm_spec.sampling(), **kwargs}
+    if _reasoning_model(lm_spec.model):
+        settings.setdefault("temperature", 1.0)
+        settings.setdefault("max_tokens", 32000)
+    if lm_spec.num_retries is not None:
+        settings.setdefault("num_retries", lm_spec.num_retries)
+    if len(lm_spec.api_bases) > 1:
+        from benchmarks.lm_router import RouterEngine, make_router
+
+        router = make_router(lm_spec.model, lm_spec.api_bases, lm_spec.api_key(), timeout=lm_spec.timeout)
+        engine = RouterEngine(router, extra_body=lm_spec.extra_body)
+        return dspy.LM(lm_spec.model, engine=engine, cache=cache, **settings)
+    if lm_spec.api_bases:
+        settings.setdefault("api_base", lm_spec.api_bases[0])
+        settings.setdefault("api_key", lm_spec.api_key())
+    elif lm_spec.api_key_env:
+        settings.setdefault("api_key", lm_spec.api_key())
+    if lm_spec.timeout is not None:
+        settings.setdefault("timeout", lm_spec.timeout)
+    if lm_spec.extra_body:
+        settings.setdefault("extra_body", lm_spec.extra_body)
+    return dspy.LM(lm_spec.model, cache=cache, **settings)
+
+
+def describe_spec(spec: str) -> Any:
+    """What a results file records about an LM spec: the spec itself for ``fake``/``local``/plain names,
+    the parsed settings otherwise (never a key: specs only name the variable that holds it)."""
+    if spec in ("fake", "local"):
+        return spec
+    return parse_spec(spec).describe()
 
 
 def _empty() -> dict[str, int]:

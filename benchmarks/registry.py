@@ -24,9 +24,13 @@ class Benchmark:
     metric: Callable[..., Any]
     hint: Callable[..., str | None]
     info: dict[str, Any] = field(default_factory=dict)
+    #: Extra LMs the benchmark needs besides the task LM (role -> what it does), e.g. PUPA's judge.
+    lm_roles: dict[str, str] = field(default_factory=dict)
+    #: Gives the benchmark its extra LMs ({role: lm}) before it runs.
+    bind_lms: Callable[[dict[str, Any]], None] | None = None
 
 
-BENCHMARKS = ("hotpotqa", "hover", "ifbench")
+BENCHMARKS = ("hotpotqa", "hover", "ifbench", "pupa")
 
 
 def load_benchmark(name: str, **kwargs) -> Benchmark:

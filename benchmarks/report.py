@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-PRETTY = {"hotpotqa": "HotpotQA", "hover": "HoVer", "ifbench": "IFBench"}
+PRETTY = {"hotpotqa": "HotpotQA", "hover": "HoVer", "ifbench": "IFBench", "pupa": "PUPA"}
 OPT_PRETTY = {"baseline": "Baseline", "agentgrad": "AgentGrad", "gepa": "GEPA", "miprov2": "MIPROv2"}
 OPT_ORDER = ("baseline", "miprov2", "gepa", "agentgrad")
 

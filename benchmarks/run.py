@@ -29,6 +29,8 @@ PLOT_FILE = "val_curves.png"
 RESUME_KEYS = (
     "task_lm",
     "prompt_lm",
+    "untrusted_lm",
+    "judge_lm",
     "max_metric_calls",
     "seed",
     "split_seed",
@@ -57,6 +59,12 @@ def build_parser() -> argparse.ArgumentParser:
         "'local' (embedded model) or 'fake' (rule-based, for tests)",
     )
     p.add_argument("--prompt-lm", default=None, help="LM of the optimizers' own roles (default: the task LM)")
+    p.add_argument(
+        "--untrusted-lm",
+        default=None,
+        help="PUPA: the external model that answers the redacted request (default: the task LM)",
+    )
+    p.add_argument("--judge-lm", default=None, help="PUPA: the LLM judge of quality and leakage (default: the task LM)")
     p.add_argument(
         "--max-metric-calls",
         type=int,
@@ -109,18 +117,25 @@ def _lms(args, bench):
 
         rule = BenchWorld(bench.trainset + bench.valset + bench.testset)
     task = make_lm(args.task_lm, fake_rule=rule, cache=args.cache != "off")
-    prompt_spec = args.prompt_lm or args.task_lm
-    if prompt_spec == args.task_lm:
-        prompt = task.copy()  # one model loaded once; a second instance so usage is told apart by role
-    else:
-        prompt = make_lm(prompt_spec, fake_rule=rule, cache=args.cache != "off")
-    return task, prompt
+
+    def role_lm(spec: str | None):
+        if (spec or args.task_lm) == args.task_lm:
+            return task.copy()  # one model loaded once; another instance so usage is told apart by role
+        return make_lm(spec, fake_rule=rule, cache=args.cache != "off")
+
+    prompt = role_lm(args.prompt_lm)
+    extra = {role: role_lm(getattr(args, f"{role}_lm", None)) for role in bench.lm_roles}
+    if bench.bind_lms is not None:
+        bench.bind_lms(extra)
+    return task, prompt, extra
 
 
 def _config(args, optimizers) -> dict[str, Any]:
     return {
         "task_lm": args.task_lm,
         "prompt_lm": args.prompt_lm or args.task_lm,
+        "untrusted_lm": args.untrusted_lm,
+        "judge_lm": args.judge_lm,
         "max_metric_calls": args.max_metric_calls,
         "seed": args.seed,
         "split_seed": args.split_seed,
@@ -170,7 +185,7 @@ def run_benchmark(bench_name: str, args, optimizers: list[str], results: dict, o
         return
     block.update(status="loaded", info=bench.info)
     block.pop("error", None)
-    task_lm, prompt_lm = _lms(args, bench)
+    task_lm, prompt_lm, extra_lms = _lms(args, bench)
     options = json.loads(args.options or "{}")
     entries = block["optimizers"]
     for index, name in enumerate(optimizers, 1):
@@ -203,6 +218,7 @@ def run_benchmark(bench_name: str, args, optimizers: list[str], results: dict, o
                 log_dir=out / "logs" / bench_name / name,
                 cache_dir=cache_dir,
                 options=options,
+                extra_lms=extra_lms,
             )
             test_score, test_calls, _ = evaluate_program(
                 run.program, bench.testset, bench.metric, task_lm=task_lm, num_threads=args.num_threads

@@ -83,8 +83,9 @@ def test_wiki_corpus_reads_cached_file(monkeypatch, tmp_path):
 
 
 def test_parse_spec_and_make_lm():
-    assert parse_spec("openai/qwen3-8b@http://localhost:8000/v1") == ("openai/qwen3-8b", "http://localhost:8000/v1")
-    assert parse_spec("openai/gpt-5-mini") == ("openai/gpt-5-mini", None)
+    spec = parse_spec("openai/qwen3-8b@http://localhost:8000/v1")
+    assert (spec.model, spec.api_bases) == ("openai/qwen3-8b", ["http://localhost:8000/v1"])
+    assert parse_spec("openai/gpt-5-mini").api_bases == []
     lm = make_lm("openai/qwen3-8b@http://localhost:8000/v1", cache=False)
     assert lm.model == "openai/qwen3-8b" and lm.kwargs["api_base"] == "http://localhost:8000/v1"
     reasoning = make_lm("openai/gpt-5-mini", cache=False)
