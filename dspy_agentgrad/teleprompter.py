@@ -14,15 +14,18 @@ from dspy.teleprompt.teleprompt import Teleprompter
 
 from .budget import Budget
 from .callbacks import Dispatcher
-from .config import AUTO_ROUNDS, AgentGradConfig, auto_budget
+from .config import AUTO_ROUNDS, AgentGradConfig, auto_budget, worst_case_calls
 from .engine import HintFn, RoundEngine
+from .estimate import Estimate, SampleStats, StartEstimate, build_estimate
 from .evaluation import Evaluator
 from .hints import default_hint
+from .instruction_proposer import InstructionProposer
 from .jsonable import digest, example_key
 from .metric import Metric
 from .observers import ProgressBar, StateSnapshot
 from .pricing import price_function
 from .proposer import Proposer
+from .report import write_report
 from .results import AgentGradResult, AttributionReport
 from .retries import RetryPolicy
 from .store import Memo, atomic_write_json, check_fingerprint
@@ -62,6 +65,28 @@ def _predictor_names(program: Any) -> list[str]:
             "whose instructions AgentGrad could optimize"
         )
     return names
+
+
+def _check_optimize_predictors(wanted: tuple[str, ...] | None, names: list[str]) -> None:
+    unknown = sorted(set(wanted or ()) - set(names))
+    if unknown:
+        raise ValueError(
+            f"optimize_predictors names {unknown}, which the program does not have; its predictors: {names}"
+        )
+
+
+def _embedder(embedder: Any, clustering: str) -> Any:
+    """A texts -> vectors function: a user's callable (``dspy.Embedder`` included) or a litellm model name."""
+    if clustering != "embedding":
+        if embedder is not None:
+            raise ValueError("embedder= is used only with clustering='embedding'")
+        return None
+    if embedder is None:
+        raise ValueError(
+            "clustering='embedding' needs embedder=: a litellm embedding model name "
+            "(e.g. 'openai/text-embedding-3-small'), a dspy.Embedder, or a function list[str] -> vectors"
+        )
+    return embedder if callable(embedder) else dspy.Embedder(embedder)
 
 
 def _signature_text(predictor: dspy.Predict) -> str:
@@ -110,6 +135,10 @@ class AgentGrad(Teleprompter):
         retry_backoff_s: float = _DEFAULTS.retry_backoff_s,
         callbacks: list[Any] | None = None,
         progress: bool = True,
+        optimize_predictors: list[str] | None = _DEFAULTS.optimize_predictors,
+        instruction_proposer: InstructionProposer | None = None,
+        embedder: Any = None,
+        use_mlflow: bool = _DEFAULTS.use_mlflow,
     ):
         super().__init__()
         self.metric = metric
@@ -119,6 +148,10 @@ class AgentGrad(Teleprompter):
                 "hint_fn must be callable as hint_fn(example, pred_name, prediction, feedback) -> str | None"
             )
         self.hint_fn = hint_fn
+        if instruction_proposer is not None and not callable(instruction_proposer):
+            raise TypeError("instruction_proposer must be callable as instruction_proposer(request) -> str | None")
+        self.instruction_proposer = instruction_proposer
+        self.embedder = _embedder(embedder, clustering)
         self.prompt_model = prompt_model
         self.task_model = task_model
         self.log_dir = Path(log_dir) if log_dir is not None else None
@@ -146,6 +179,8 @@ class AgentGrad(Teleprompter):
             retry_attempts=retry_attempts,
             retry_backoff_s=retry_backoff_s,
             track_stats=track_stats,
+            optimize_predictors=None if optimize_predictors is None else tuple(optimize_predictors),
+            use_mlflow=use_mlflow,
         )
         self.config.validate()
 
@@ -183,7 +218,7 @@ class AgentGrad(Teleprompter):
             self.config.num_threads,
         )
         price = price_function(prompt) if self.config.max_prompt_cost is not None else None
-        proposer = Proposer(prompt, memo, budget, ledger, retry, price)
+        proposer = Proposer(prompt, memo, budget, ledger, retry, price, self.instruction_proposer, self.embedder)
         predictors = dict(student.named_predictors())
         return RoundEngine(
             self.config,
@@ -197,7 +232,88 @@ class AgentGrad(Teleprompter):
             Dispatcher(list(callbacks)),
         )
 
+    def _plan(
+        self, student: dspy.Module, trainset: Any, valset: Any
+    ) -> tuple[list[str], list[dspy.Example], list[dspy.Example], int | None, int | None]:
+        """Checked inputs: predictor names, train and validation sets, metric-call cap and round cap."""
+        names = _predictor_names(student)
+        _check_optimize_predictors(self.config.optimize_predictors, names)
+        trainset = _check_examples(trainset, "trainset")
+        if valset is None:
+            if len(trainset) < 2:
+                raise ValueError(
+                    "trainset needs at least 2 examples when no valset is given (a third is held out for validation)"
+                )
+            shuffled = list(trainset)
+            random.Random(self.config.seed).shuffle(shuffled)
+            cut = max(1, len(shuffled) // 3)
+            valset, trainset = shuffled[:cut], shuffled[cut:]
+        valset = _check_examples(valset, "valset")
+        max_calls, max_rounds = self.config.max_metric_calls, self.config.max_rounds
+        if self.config.auto is not None:
+            max_calls = auto_budget(
+                self.config.auto, len(names), len(trainset), len(valset), self.config.train_batch_size
+            )
+            max_rounds = max_rounds or AUTO_ROUNDS[self.config.auto]
+        return names, trainset, valset, max_calls, max_rounds
+
+    def _estimator(self, names: list[str], n_train: int, n_val: int, max_calls: int | None, max_rounds: int | None):
+        """sample stats -> :class:`Estimate` for this run's sizes, caps and models."""
+        task, prompt = self._lms()
+        prices = {}
+        for role, lm in (("task", task), ("prompt", prompt)):
+            try:
+                prices[role] = price_function(lm)
+            except ValueError:
+                prices[role] = None
+        trainable = len(set(names) - self.config.frozen(names))
+        worst = max_calls
+        if max_rounds is not None:
+            worst = worst_case_calls(max_rounds, len(names), n_train, n_val, self.config.train_batch_size)
+            worst = worst if max_calls is None else min(worst, max_calls)
+
+        def estimate_from(sample: SampleStats) -> Estimate:
+            return build_estimate(
+                self.config,
+                sample,
+                n_predictors=len(names),
+                n_trainable=trainable,
+                n_train=n_train,
+                n_val=n_val,
+                max_metric_calls=max_calls,
+                max_rounds=max_rounds,
+                worst_case=worst,
+                prices=prices,
+            )
+
+        return estimate_from
+
     # ---- public API ---------------------------------------------------------------------------
+    def estimate(
+        self,
+        program: dspy.Module,
+        *,
+        trainset: list[dspy.Example],
+        valset: list[dspy.Example] | None = None,
+        sample_size: int = 4,
+    ) -> Estimate:
+        """Projected cost of ``compile(program, trainset=..., valset=...)`` before paying for it.
+
+        Runs the program on ``sample_size`` training examples (that much task-LM spend) to
+        measure a run's LM calls, tokens, seconds and failure rate, then plays the rounds
+        forward (see :mod:`dspy_agentgrad.estimate`). Prints nothing; ``.summary()`` reads well.
+        """
+        names, trainset, valset, max_calls, max_rounds = self._plan(program, trainset, valset)
+        sample = random.Random(self.config.seed).sample(trainset, min(sample_size, len(trainset)))
+        engine = self._engine(program, sample, sample, Budget(None), None)
+        started = time.time()
+        outcomes = engine.evaluator.evaluate(engine.instructions, sample, "estimate")
+        failures = sum(o.score < self.config.max_score for o in outcomes)
+        stats = SampleStats(
+            len(sample), failures / len(sample), engine.evaluator.ledger.to_dict()["task"], time.time() - started
+        )
+        return self._estimator(names, len(trainset), len(valset), max_calls, max_rounds)(stats)
+
     def attribute(self, program: dspy.Module, examples: list[dspy.Example]) -> AttributionReport:
         """Steps 1-2 only: run ``examples``, then find the predictor at fault for each failure."""
         _predictor_names(program)
@@ -218,24 +334,7 @@ class AgentGrad(Teleprompter):
         """Optimize ``student``'s instructions; returns a new program (``student`` is not changed)."""
         if kwargs:
             raise TypeError(f"compile() got unknown options {sorted(kwargs)}; set options on AgentGrad(...)")
-        names = _predictor_names(student)
-        trainset = _check_examples(trainset, "trainset")
-        if valset is None:
-            if len(trainset) < 2:
-                raise ValueError(
-                    "trainset needs at least 2 examples when no valset is given (a third is held out for validation)"
-                )
-            shuffled = list(trainset)
-            random.Random(self.config.seed).shuffle(shuffled)
-            cut = max(1, len(shuffled) // 3)
-            valset, trainset = shuffled[:cut], shuffled[cut:]
-        valset = _check_examples(valset, "valset")
-        max_calls, max_rounds = self.config.max_metric_calls, self.config.max_rounds
-        if self.config.auto is not None:
-            max_calls = auto_budget(
-                self.config.auto, len(names), len(trainset), len(valset), self.config.train_batch_size
-            )
-            max_rounds = max_rounds or AUTO_ROUNDS[self.config.auto]
+        names, trainset, valset, max_calls, max_rounds = self._plan(student, trainset, valset)
         initial = {n: p.signature.instructions for n, p in student.named_predictors()}
         resumed = False
         if self.log_dir is not None:
@@ -266,7 +365,12 @@ class AgentGrad(Teleprompter):
                 log_dir=str(self.log_dir) if self.log_dir else None,
             )
 
-        observers: list[Any] = [ProgressBar(budget, self.progress)]
+        start_estimate = StartEstimate(
+            self._estimator(names, len(trainset), len(valset), max_calls, max_rounds),
+            lambda: engine.evaluator.ledger.by_phase["validate"],
+            self.config.max_score,
+        )
+        observers: list[Any] = [ProgressBar(budget, self.progress), start_estimate]
         if self.log_dir is not None:
             observers.append(StateSnapshot(self.log_dir / "state.json", snapshot))
         engine = self._engine(student, trainset, valset, budget, self.log_dir, observers + self.callbacks)
@@ -276,7 +380,7 @@ class AgentGrad(Teleprompter):
                 self.log_dir,
                 engine.evaluator.work.memo.loaded,
             )
-        engine.run(max_rounds)
+        engine.run(max_rounds, resumed)
         if engine.interrupted:
             logger.warning(
                 "AgentGrad interrupted: returning the best program so far%s",
@@ -300,4 +404,5 @@ class AgentGrad(Teleprompter):
             atomic_write_json(self.log_dir / "result.json", outcome.to_dict())
             (self.log_dir / "result.md").write_text(outcome.to_markdown(), encoding="utf-8")
             program.save(str(self.log_dir / "optimized_program.json"))
+            write_report(self.log_dir, outcome)
         return program
