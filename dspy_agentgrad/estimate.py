@@ -1,12 +1,16 @@
 """What a run will cost, before it is paid for: metric calls, LM calls and tokens, USD, wall time.
 
-A few sample runs of the program measure what one run costs (task-LM calls and
-tokens, seconds) and how often it fails. A failure is what a round pays for: the
-run itself, hints to the predictors in reverse order until one fixes it (on
-average half of them, plus one), a gradient, and for each cluster a rewrite
-checked on its cluster and, when it wins there, on the validation set. The
-projection plays the rounds forward with two assumptions stated below, and stops
-where the run stops: at ``max_rounds``, at the budget, or when no failure is left.
+``AgentGrad.estimate`` runs the program on a few training examples and attributes
+their failures (steps 1-2 of a round, paid like a round): that measures what a run
+costs (task-LM calls and tokens, seconds), how often it fails, how many hinted runs
+a failure takes, and how blame splits over the predictors. At the start of
+``compile`` the same projection is logged from the first validation pass alone (no
+extra spend; hints and blame then take their defaults: half the predictors plus one,
+an even split). A round pays for the batch's runs not cached yet, the hints of its
+failures, and per cluster a rewrite checked on the cluster and, when it wins there,
+on the validation set. The projection plays the rounds forward under the assumption
+``CLUSTER_WIN_RATE`` and stops where the run stops: ``max_rounds``, the budget, no
+failure left, or rounds without a new program run.
 
 It is an estimate, not a bound: the worst case (``worst_case_metric_calls``) is the
 ``auto`` formula of :func:`dspy_agentgrad.config.auto_budget`.
@@ -27,7 +31,6 @@ from .usage import empty_usage
 logger = logging.getLogger("dspy_agentgrad")
 
 CLUSTER_WIN_RATE = 0.5  # share of rewrites that beat the old instruction on their cluster (then validated)
-FIX_RATE = 0.5  # share of a round's clustered failures that its accepted rewrites fix for later rounds
 ROLE_OVERHEAD_TOKENS = 300  # a prompt-LM role's own instructions and field names
 ROLE_COMPLETION_TOKENS = 150  # a gradient, a cluster list or an instruction
 MAX_PROJECTED_ROUNDS = 100  # when only max_metric_calls bounds the run
@@ -37,10 +40,12 @@ MAX_PROJECTED_ROUNDS = 100  # when only max_metric_calls bounds the run
 class SampleStats:
     """What the sample runs measured (totals over ``runs``)."""
 
-    runs: int
+    runs: int  # program runs, hinted ones included
     failure_rate: float
     task_usage: dict[str, int] = field(default_factory=empty_usage)
     seconds: float = 0.0
+    hints_per_failure: float | None = None  # hinted runs per failure, when attribution was sampled
+    blame: dict[str, float] | None = None  # share of failures attributed to each predictor, likewise
 
     def per_run(self, key: str) -> float:
         return self.task_usage.get(key, 0) / self.runs if self.runs else 0.0
@@ -86,41 +91,58 @@ class _Tally:
     rounds: int = 0
 
 
-def project_metric_calls(
+def project_calls(
     config: AgentGradConfig,
-    n_predictors: int,
-    n_trainable: int,
+    predictors: list[str],
+    trainable: set[str],
     n_train: int,
     n_val: int,
     max_metric_calls: int | None,
     max_rounds: int | None,
-    failure_rate: float,
+    sample: SampleStats,
 ) -> _Tally:
-    """Metric calls and prompt-LM calls of the rounds played forward at a given failure rate."""
+    """Metric calls and prompt-LM calls of the rounds played forward from what the sample measured.
+
+    Expected values per round: the batch's examples not yet run under the current instructions
+    (runs are cached until an accepted rewrite changes the program), their failures and hints,
+    and per trainable predictor a candidate when its share of the gradients (plus those waiting
+    from earlier rounds) reaches the round's minimum cluster size.
+    """
     batch = min(config.train_batch_size, n_train)
+    hints = sample.hints_per_failure if sample.hints_per_failure is not None else (len(predictors) + 1) / 2
+    blame = sample.blame if sample.blame is not None else {name: 1 / len(predictors) for name in predictors}
+    waiting = dict.fromkeys(predictors, 0.0)  # gradients below the minimum wait for a later round
     tally = _Tally(metric_calls=n_val)
-    waiting = 0.0  # gradients kept for a later round, as the engine keeps clusters below the minimum
-    rate = failure_rate
+    rate, seen, idle = sample.failure_rate, 0.0, 0
     limit = max_rounds if max_rounds is not None else MAX_PROJECTED_ROUNDS
     while tally.rounds < limit:
-        failures = rate * batch
-        if failures < 0.5 and batch == n_train:
+        if rate * batch < 0.5 and batch == n_train:
             break  # the engine stops: no failure left on the training set
-        pool = failures + waiting
-        blamed = min(n_trainable, max(1, round(pool))) if pool >= 0.5 else 0
-        cluster = pool / blamed if blamed else 0.0
-        candidates = blamed if blamed and cluster >= min_cluster_size(config.cluster_schedule, tally.rounds) else 0
-        waiting = 0.0 if candidates else pool
-        spent = batch + failures * (n_predictors + 1) / 2 + candidates * (cluster + CLUSTER_WIN_RATE * n_val)
+        fresh = max(0.0, min(batch, n_train - seen))
+        failures = rate * fresh
+        minimum = min_cluster_size(config.cluster_schedule, tally.rounds)
+        spent, gradients, candidates, fixed_share = fresh + failures * hints, 0.0, 0, 0.0
+        for name in [n for n in predictors if n in trainable]:
+            pool = blame.get(name, 0.0) * failures + waiting[name]
+            gradients += blame.get(name, 0.0) * failures
+            if pool >= max(minimum, 0.5):
+                # its cluster under the rewrite; under the current program again when an earlier rewrite
+                # of the round changed it; the validation set when it wins on its cluster
+                spent += pool + CLUSTER_WIN_RATE * (pool + n_val)
+                candidates, fixed_share, waiting[name] = candidates + 1, fixed_share + blame.get(name, 0.0), 0.0
+            else:
+                waiting[name] = pool
         if max_metric_calls is not None and tally.metric_calls + spent > max_metric_calls:
-            tally.metric_calls = max_metric_calls  # the engine stops at the first step that would not fit
-            tally.rounds += 1
+            tally.metric_calls, tally.rounds = max_metric_calls, tally.rounds + 1  # stops at the step that won't fit
             break
         tally.metric_calls += spent
-        tally.prompt_calls += failures + blamed + candidates  # gradients, abstraction, rewrites
+        tally.prompt_calls += gradients + min(len(trainable), gradients) + candidates  # gradients, grouping, rewrites
         tally.rounds += 1
-        if candidates:
-            rate *= 1 - FIX_RATE * CLUSTER_WIN_RATE
+        rate *= 1 - CLUSTER_WIN_RATE * fixed_share  # an accepted rewrite fixes the failures blamed on its predictor
+        seen = min(n_train, seen + fresh) * (1 - CLUSTER_WIN_RATE) ** candidates
+        idle = idle + 1 if fresh < 0.5 else 0
+        if idle >= len(config.cluster_schedule):
+            break  # the engine stops: rounds without a new program run
     return tally
 
 
@@ -128,8 +150,8 @@ def build_estimate(
     config: AgentGradConfig,
     sample: SampleStats,
     *,
-    n_predictors: int,
-    n_trainable: int,
+    predictors: list[str],
+    trainable: set[str],
     n_train: int,
     n_val: int,
     max_metric_calls: int | None,
@@ -138,9 +160,7 @@ def build_estimate(
     prices: dict[str, Any],
 ) -> Estimate:
     """``prices`` maps "task"/"prompt" to a usage -> USD function, or to None when unpriced."""
-    tally = project_metric_calls(
-        config, n_predictors, n_trainable, n_train, n_val, max_metric_calls, max_rounds, sample.failure_rate
-    )
+    tally = project_calls(config, predictors, trainable, n_train, n_val, max_metric_calls, max_rounds, sample)
     runs = round(tally.metric_calls)
     task_usage = {k: round(sample.per_run(k) * runs) for k in ("calls", "prompt_tokens", "completion_tokens")}
     step_tokens = sample.per_run("prompt_tokens") / max(1.0, sample.per_run("calls"))

@@ -30,6 +30,7 @@ from .results import AgentGradResult, AttributionReport
 from .retries import RetryPolicy
 from .store import Memo, atomic_write_json, check_fingerprint
 from .tracing import ProgramRunner
+from .tracking import MlflowTracker, import_mlflow
 from .usage import UsageLedger
 
 logger = logging.getLogger("dspy_agentgrad")
@@ -87,6 +88,14 @@ def _embedder(embedder: Any, clustering: str) -> Any:
             "(e.g. 'openai/text-embedding-3-small'), a dspy.Embedder, or a function list[str] -> vectors"
         )
     return embedder if callable(embedder) else dspy.Embedder(embedder)
+
+
+def _with_instructions(student: dspy.Module, instructions: dict[str, str]) -> dspy.Module:
+    """A copy of ``student`` with these instructions (the user's program stays as it is)."""
+    program = student.deepcopy()
+    for name, predictor in program.named_predictors():
+        predictor.signature = predictor.signature.with_instructions(instructions[name])
+    return program
 
 
 def _signature_text(predictor: dspy.Predict) -> str:
@@ -183,6 +192,8 @@ class AgentGrad(Teleprompter):
             use_mlflow=use_mlflow,
         )
         self.config.validate()
+        if use_mlflow:
+            import_mlflow()  # fail now, with the install hint, not after paid work
 
     def get_params(self) -> dict[str, Any]:
         params = {k: v for k, v in self.__dict__.items() if not k.startswith("_") and k != "config"}
@@ -266,7 +277,7 @@ class AgentGrad(Teleprompter):
                 prices[role] = price_function(lm)
             except ValueError:
                 prices[role] = None
-        trainable = len(set(names) - self.config.frozen(names))
+        trainable = set(names) - self.config.frozen(names)
         worst = max_calls
         if max_rounds is not None:
             worst = worst_case_calls(max_rounds, len(names), n_train, n_val, self.config.train_batch_size)
@@ -276,8 +287,8 @@ class AgentGrad(Teleprompter):
             return build_estimate(
                 self.config,
                 sample,
-                n_predictors=len(names),
-                n_trainable=trainable,
+                predictors=names,
+                trainable=trainable,
                 n_train=n_train,
                 n_val=n_val,
                 max_metric_calls=max_calls,
@@ -295,22 +306,31 @@ class AgentGrad(Teleprompter):
         *,
         trainset: list[dspy.Example],
         valset: list[dspy.Example] | None = None,
-        sample_size: int = 4,
+        sample_size: int = 8,
     ) -> Estimate:
         """Projected cost of ``compile(program, trainset=..., valset=...)`` before paying for it.
 
-        Runs the program on ``sample_size`` training examples (that much task-LM spend) to
-        measure a run's LM calls, tokens, seconds and failure rate, then plays the rounds
-        forward (see :mod:`dspy_agentgrad.estimate`). Prints nothing; ``.summary()`` reads well.
+        Runs and attributes ``sample_size`` training examples (the program runs and hinted
+        runs of that many examples: task-LM spend, no prompt-LM call) to measure a run's LM
+        calls, tokens and seconds, the failure rate, and how blame splits over the
+        predictors, then plays the rounds forward (see :mod:`dspy_agentgrad.estimate`).
         """
         names, trainset, valset, max_calls, max_rounds = self._plan(program, trainset, valset)
         sample = random.Random(self.config.seed).sample(trainset, min(sample_size, len(trainset)))
         engine = self._engine(program, sample, sample, Budget(None), None)
         started = time.time()
-        outcomes = engine.evaluator.evaluate(engine.instructions, sample, "estimate")
+        report, outcomes = engine.attribute(sample)
+        seconds = time.time() - started
         failures = sum(o.score < self.config.max_score for o in outcomes)
+        ledger = engine.evaluator.ledger.to_dict()
+        runs = engine.evaluator.budget.metric_calls
         stats = SampleStats(
-            len(sample), failures / len(sample), engine.evaluator.ledger.to_dict()["task"], time.time() - started
+            runs=runs,
+            failure_rate=failures / len(sample),
+            task_usage=ledger["task"],
+            seconds=seconds,
+            hints_per_failure=(runs - len(sample)) / failures if failures else None,
+            blame={name: n / failures for name, n in report.counts().items()} if failures else None,
         )
         return self._estimator(names, len(trainset), len(valset), max_calls, max_rounds)(stats)
 
@@ -371,6 +391,10 @@ class AgentGrad(Teleprompter):
             self.config.max_score,
         )
         observers: list[Any] = [ProgressBar(budget, self.progress), start_estimate]
+        if self.config.use_mlflow:
+            observers.append(
+                MlflowTracker(options, snapshot, lambda r: _with_instructions(student, r.final_instructions))
+            )
         if self.log_dir is not None:
             observers.append(StateSnapshot(self.log_dir / "state.json", snapshot))
         engine = self._engine(student, trainset, valset, budget, self.log_dir, observers + self.callbacks)
@@ -395,9 +419,7 @@ class AgentGrad(Teleprompter):
             engine.best_val_score or 0.0,
         )
         outcome = snapshot()
-        program = student.deepcopy()
-        for name, predictor in program.named_predictors():
-            predictor.signature = predictor.signature.with_instructions(outcome.final_instructions[name])
+        program = _with_instructions(student, outcome.final_instructions)
         if self.config.track_stats:
             program.detailed_results = outcome
         if self.log_dir is not None:
