@@ -71,9 +71,7 @@ def _predictor_names(program: Any) -> list[str]:
 def _check_optimize_predictors(wanted: tuple[str, ...] | None, names: list[str]) -> None:
     unknown = sorted(set(wanted or ()) - set(names))
     if unknown:
-        raise ValueError(
-            f"optimize_predictors names {unknown}, which the program does not have; its predictors: {names}"
-        )
+        raise ValueError(f"optimize_predictors has unknown names {unknown}; the program's predictors are {names}")
 
 
 def _embedder(embedder: Any, clustering: str) -> Any:
