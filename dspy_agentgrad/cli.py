@@ -1,8 +1,8 @@
 """The ``agentgrad`` console command (also ``python -m dspy_agentgrad``).
 
-    agentgrad demo [options]           run the main job (see ``agentgrad demo --help``)
-    agentgrad report LOG_DIR           rebuild report.html and the PNG charts from LOG_DIR/result.json
-    agentgrad estimate MODULE:FUNC     project a run's cost before paying for it
+agentgrad demo [options]           run the main job (see ``agentgrad demo --help``)
+agentgrad report LOG_DIR           rebuild report.html and the PNG charts from LOG_DIR/result.json
+agentgrad estimate MODULE:FUNC     project a run's cost before paying for it
 """
 
 from __future__ import annotations

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import logging
 import random
 import time
@@ -272,7 +274,8 @@ class AgentGrad(Teleprompter):
         prices = {}
         for role, lm in (("task", task), ("prompt", prompt)):
             try:
-                prices[role] = price_function(lm)
+                with contextlib.redirect_stdout(io.StringIO()):  # litellm prints a banner for unknown models
+                    prices[role] = price_function(lm)
             except ValueError:
                 prices[role] = None
         trainable = set(names) - self.config.frozen(names)

@@ -234,3 +234,21 @@ def test_embedding_clustering_needs_an_embedder_and_an_embedder_needs_it():
 def test_a_model_name_becomes_a_dspy_embedder():
     agent = optimizer(clustering="embedding", embedder="openai/text-embedding-3-small")
     assert isinstance(agent.embedder, dspy.Embedder)
+
+
+# ---- use_mlflow without mlflow installed ------------------------------------------------------------
+
+
+def test_without_mlflow_the_option_says_how_to_install(monkeypatch):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_mlflow(name, *args, **kwargs):
+        if name == "mlflow":
+            raise ImportError("No module named 'mlflow'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_mlflow)
+    with pytest.raises(ImportError, match=r"pip install 'dspy-agentgrad\[mlflow\]'"):
+        AgentGrad(feedback_metric, auto=None, max_rounds=1, use_mlflow=True)
