@@ -33,6 +33,23 @@ def attribution_table(result: AgentGradResult) -> tuple[list[str], list[list[int
     return names, [[record.attributed.get(n, 0) for n in names] for record in result.rounds]
 
 
+def candidate_positions(result: AgentGradResult) -> list[tuple[int, float, bool]]:
+    """(metric calls when validated, validation score, accepted) of each validated candidate.
+
+    Candidates are a round's last steps, so each one ends at its round's total minus what the
+    round's later candidates spent.
+    """
+    out = []
+    for record in result.rounds:
+        members = [c for c in result.candidates if c.round == record.round]
+        end = record.metric_calls
+        for c in reversed(members):
+            if c.val_score is not None:
+                out.append((end, c.val_score, c.accepted))
+            end -= c.metric_calls
+    return sorted(out)
+
+
 def word_diff(old: str, new: str) -> str:
     """HTML of ``new`` against ``old``, word by word: removed words struck, added words marked."""
     a, b = old.split(" "), new.split(" ")
@@ -52,7 +69,7 @@ def _scale(lo: float, hi: float, out_lo: float, out_hi: float):
     return lambda v: out_lo + (v - lo) / span * (out_hi - out_lo)
 
 
-def _axes(x_label: str, y_label: str, y_lo: float, y_hi: float) -> list[str]:
+def _axes(x_label: str, y_label: str, y_lo: float, y_hi: float, tick_format: str = ".2f") -> list[str]:
     bottom, right = HEIGHT - PAD, WIDTH - 16
     y = _scale(y_lo, y_hi, bottom, 16)
     out = [
@@ -63,7 +80,7 @@ def _axes(x_label: str, y_label: str, y_lo: float, y_hi: float) -> list[str]:
         f"{html.escape(y_label)}</text>",
     ]
     for tick in (y_lo, (y_lo + y_hi) / 2, y_hi):
-        out.append(f'<text x="{PAD - 6}" y="{y(tick) + 4:.1f}" text-anchor="end">{tick:.2f}</text>')
+        out.append(f'<text x="{PAD - 6}" y="{y(tick) + 4:.1f}" text-anchor="end">{tick:{tick_format}}</text>')
     return out
 
 
@@ -73,7 +90,8 @@ def curve_svg(result: AgentGradResult) -> str:
     if not points:
         return "<p>No validation score was recorded.</p>"
     end = max(result.metric_calls, points[-1][0])
-    scores = [s for _, s in points]
+    tried = [(c, s) for c, s, accepted in candidate_positions(result) if not accepted]
+    scores = [s for _, s in points + tried]
     lo, hi = min(scores), max(scores)
     if hi - lo < 0.1:
         lo, hi = max(0.0, lo - 0.05), hi + 0.05
@@ -88,14 +106,25 @@ def curve_svg(result: AgentGradResult) -> str:
         f'<circle cx="{x(c):.1f}" cy="{y(s):.1f}" r="4" fill="{COLORS[0]}"><title>{c} calls: {s:.4f}</title></circle>'
         for c, s in points
     )
+    dots += "".join(
+        f'<circle cx="{x(c):.1f}" cy="{y(s):.1f}" r="4" fill="none" stroke="{COLORS[3]}" stroke-width="1.5">'
+        f"<title>rejected candidate at {c} calls: {s:.4f}</title></circle>"
+        for c, s in tried
+    )
+    legend = (  # a line under the axis label
+        f'<circle cx="{PAD}" cy="{HEIGHT + 8}" r="4" fill="{COLORS[0]}"/>'
+        f'<text x="{PAD + 10}" y="{HEIGHT + 12}">best so far</text>'
+        f'<circle cx="{PAD + 110}" cy="{HEIGHT + 8}" r="4" fill="none" stroke="{COLORS[3]}" stroke-width="1.5"/>'
+        f'<text x="{PAD + 120}" y="{HEIGHT + 12}">candidate rejected on validation</text>'
+    )
     ticks = "".join(
         f'<text x="{x(v):.1f}" y="{HEIGHT - PAD + 16}" text-anchor="middle">{v}</text>' for v in (0, end // 2, end)
     )
     body = "".join(_axes("metric calls", "best validation score", lo, hi)) + ticks
     return (
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" font-size="12" '
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT + 20}" font-size="12" '
         f'role="img" aria-label="validation curve">{body}'
-        f'<path d="{" ".join(path)}" fill="none" stroke="{COLORS[0]}" stroke-width="2"/>{dots}</svg>'
+        f'<path d="{" ".join(path)}" fill="none" stroke="{COLORS[0]}" stroke-width="2"/>{dots}{legend}</svg>'
     )
 
 
@@ -108,7 +137,7 @@ def attribution_svg(result: AgentGradResult) -> str:
     y = _scale(0, top, HEIGHT - PAD, 16)
     group = (WIDTH - 16 - PAD) / len(rows)
     bar = group * 0.8 / len(names)
-    parts = _axes("round", "failures attributed", 0, top)
+    parts = _axes("round", "failures attributed", 0, top, ".3g")
     for r, row in enumerate(rows):
         left = PAD + r * group + group * 0.1
         parts.append(f'<text x="{left + group * 0.4:.1f}" y="{HEIGHT - PAD + 16}" text-anchor="middle">{r}</text>')
@@ -215,7 +244,12 @@ def write_pngs(result: AgentGradResult, out_dir: Path) -> list[Path]:
         fig, ax = plt.subplots(figsize=(6.4, 3.2))
         calls = [c for c, _ in result.val_history] + [max(result.metric_calls, result.val_history[-1][0])]
         scores = [s for _, s in result.val_history] + [result.val_history[-1][1]]
-        ax.step(calls, scores, where="post", marker="o", color=COLORS[0])
+        ax.step(calls, scores, where="post", color=COLORS[0], label="best so far")
+        ax.plot(calls[:-1], scores[:-1], "o", color=COLORS[0])
+        tried = [(c, s) for c, s, accepted in candidate_positions(result) if not accepted]
+        if tried:
+            ax.plot(*zip(*tried), "o", mfc="none", color=COLORS[3], label="candidate rejected on validation")
+        ax.legend(fontsize=8)
         ax.set(xlabel="metric calls", ylabel="best validation score", title="Validation curve")
         fig.tight_layout()
         fig.savefig(out_dir / CURVE_PNG, dpi=120)

@@ -16,7 +16,7 @@ from dspy_agentgrad import AgentGrad, AgentGradResult, write_report
 from dspy_agentgrad.cli import main as cli_main
 from dspy_agentgrad.config import AgentGradConfig
 from dspy_agentgrad.estimate import SampleStats, build_estimate
-from dspy_agentgrad.report import render_html, word_diff
+from dspy_agentgrad.report import candidate_positions, render_html, word_diff
 
 FAST = dict(retry_backoff_s=0, progress=False)
 
@@ -123,6 +123,15 @@ def test_the_run_writes_a_self_contained_report(finished_run):
     assert "<ins>FIX-notes</ins>" in page and "no gain on validation" in page
     for name, count in result.rounds[0].attributed.items():
         assert f"round 0, {name}: {count}</title>" in page
+
+
+def test_candidates_are_placed_on_the_curve_where_they_were_validated(finished_run):
+    result = AgentGradResult.from_dict(json.loads((finished_run / "result.json").read_text()))
+    positions = candidate_positions(result)
+    assert [(calls, score) for calls, score, accepted in positions if accepted] == result.val_history[1:]
+    assert len(positions) == sum(c.val_score is not None for c in result.candidates)
+    page = (finished_run / "report.html").read_text()
+    assert page.count("<title>rejected candidate at") == sum(not a for _, _, a in positions) > 0
 
 
 def test_the_report_is_rebuilt_from_result_json_alone(finished_run):
