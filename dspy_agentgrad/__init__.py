@@ -8,9 +8,23 @@ from __future__ import annotations
 
 from typing import Any
 
+from .callbacks import (
+    AgentGradCallback,
+    AttributionDone,
+    CandidateJudged,
+    CandidateProposed,
+    RoundEnd,
+    RoundStart,
+    RunEnd,
+    RunStart,
+    ValidationScored,
+)
 from .config import AUTO_ROUNDS, auto_budget
+from .estimate import Estimate
 from .hints import default_hint
+from .instruction_proposer import RewriteRequest
 from .metric import MetricError
+from .report import write_report
 from .results import AgentGradResult, AttributionRecord, AttributionReport, CandidateRecord, RoundRecord
 from .store import RunMismatch
 from .teleprompter import AgentGrad
@@ -18,16 +32,28 @@ from .teleprompter import AgentGrad
 __all__ = [
     "AUTO_ROUNDS",
     "AgentGrad",
+    "AgentGradCallback",
     "AgentGradResult",
+    "AttributionDone",
     "AttributionRecord",
     "AttributionReport",
+    "CandidateJudged",
+    "CandidateProposed",
     "CandidateRecord",
+    "Estimate",
     "MetricError",
+    "RewriteRequest",
+    "RoundEnd",
     "RoundRecord",
+    "RoundStart",
+    "RunEnd",
     "RunMismatch",
+    "RunStart",
+    "ValidationScored",
     "auto_budget",
     "default_hint",
     "local_lm",
+    "write_report",
 ]
 
 

@@ -1,3 +1,3 @@
-from .demo.job import main
+from .cli import main
 
 main()

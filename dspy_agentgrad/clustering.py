@@ -1,5 +1,6 @@
 """Grouping gradients: the cyclic minimum-size schedule, LM cluster clean-up, TF-IDF
-grouping (deterministic, no LM), and random minibatches for the ablation."""
+grouping (deterministic, no LM), grouping by embedding vectors, and random minibatches
+for the ablation."""
 
 from __future__ import annotations
 
@@ -47,15 +48,34 @@ def tfidf_groups(texts: list[str], distance_threshold: float = 0.8) -> list[list
     """Agglomerative clustering of TF-IDF vectors (cosine, average linkage)."""
     if len(texts) < 2:
         return [list(range(len(texts)))] if texts else []
-    from sklearn.cluster import AgglomerativeClustering
     from sklearn.feature_extraction.text import TfidfVectorizer
 
     try:
         vectors = TfidfVectorizer(stop_words="english").fit_transform(texts).toarray()
     except ValueError:  # only stop words: nothing to compare, one group
         return [list(range(len(texts)))]
+    return _cosine_groups(vectors, distance_threshold)
+
+
+def embedding_groups(vectors: Sequence[Sequence[float]], distance_threshold: float = 0.3) -> list[list[int]]:
+    """Agglomerative clustering of embedding vectors (cosine distance, average linkage).
+
+    Sentence embeddings put paraphrases much closer than TF-IDF does, hence the
+    tighter default threshold (cosine similarity above 0.7 on average joins).
+    """
+    if len(vectors) < 2:
+        return [list(range(len(vectors)))] if len(vectors) else []
+    import numpy as np
+
+    return _cosine_groups(np.asarray(vectors, dtype=float), distance_threshold)
+
+
+def _cosine_groups(vectors, distance_threshold: float) -> list[list[int]]:
+    """Groups of row indices, each group listed by its first member; a zero row means one group."""
+    from sklearn.cluster import AgglomerativeClustering
+
     if not vectors.any(axis=1).all():
-        return [list(range(len(texts)))]
+        return [list(range(len(vectors)))]
     labels = AgglomerativeClustering(
         n_clusters=None, distance_threshold=distance_threshold, metric="cosine", linkage="average"
     ).fit_predict(vectors)

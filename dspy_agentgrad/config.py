@@ -9,6 +9,7 @@ from .tracing import HINT_DELIVERIES
 
 AUTO_ROUNDS = {"light": 4, "medium": 8, "heavy": 16}
 DEFAULT_TRAIN_BATCH = 16
+CLUSTERINGS = ("lm", "tfidf", "embedding")
 
 
 def auto_budget(
@@ -25,8 +26,13 @@ def auto_budget(
     """
     if auto not in AUTO_ROUNDS:
         raise ValueError(f"auto must be one of {sorted(AUTO_ROUNDS)} or None; got {auto!r}")
+    return worst_case_calls(AUTO_ROUNDS[auto], n_predictors, n_train, n_val, train_batch_size)
+
+
+def worst_case_calls(rounds: int, n_predictors: int, n_train: int, n_val: int, train_batch_size: int) -> int:
+    """The most metric calls ``rounds`` rounds can take (the formula of :func:`auto_budget`)."""
     b = min(train_batch_size, n_train)
-    return n_val + AUTO_ROUNDS[auto] * (b * (n_predictors + 3) + 2 * n_val)
+    return n_val + rounds * (b * (n_predictors + 3) + 2 * n_val)
 
 
 @dataclass
@@ -52,6 +58,8 @@ class AgentGradConfig:
     retry_backoff_s: float = 1.0
     track_stats: bool = True
     resume_despite: tuple[str, ...] = ()
+    optimize_predictors: tuple[str, ...] | None = None
+    use_mlflow: bool = False
 
     def validate(self) -> None:
         if self.auto is not None and self.auto not in AUTO_ROUNDS:
@@ -87,8 +95,15 @@ class AgentGradConfig:
             raise ValueError(
                 f"cluster_schedule must be a non-empty sequence of positive integers; got {self.cluster_schedule!r}"
             )
-        if self.clustering not in ("lm", "tfidf"):
-            raise ValueError(f"clustering must be 'lm' or 'tfidf'; got {self.clustering!r}")
+        if self.clustering not in CLUSTERINGS:
+            raise ValueError(f"clustering must be one of {CLUSTERINGS}; got {self.clustering!r}")
+        if self.optimize_predictors is not None and (
+            not self.optimize_predictors or not all(isinstance(n, str) for n in self.optimize_predictors)
+        ):
+            raise ValueError(
+                "optimize_predictors must be a non-empty list of predictor names or None; "
+                f"got {self.optimize_predictors!r}"
+            )
         if self.hint_delivery not in HINT_DELIVERIES:
             raise ValueError(f"hint_delivery must be one of {HINT_DELIVERIES}; got {self.hint_delivery!r}")
         self.resume_despite = check_resume_despite(self.resume_despite)
@@ -98,7 +113,13 @@ class AgentGradConfig:
     def fingerprint(self) -> dict:
         """The options that change decisions (not threads, logging or stats)."""
         data = asdict(self)
-        for key in ("num_threads", "track_stats", "retry_backoff_s", "resume_despite"):
+        for key in ("num_threads", "track_stats", "retry_backoff_s", "resume_despite", "use_mlflow"):
             data.pop(key)
         data["cluster_schedule"] = list(self.cluster_schedule)
+        if self.optimize_predictors is not None:
+            data["optimize_predictors"] = list(self.optimize_predictors)
         return data
+
+    def frozen(self, names: list[str]) -> set[str]:
+        """The predictors among ``names`` whose instructions stay as they are."""
+        return set() if self.optimize_predictors is None else set(names) - set(self.optimize_predictors)

@@ -27,9 +27,10 @@ from .callbacks import (
     RoundEnd,
     RoundStart,
     RunEnd,
+    RunStart,
     ValidationScored,
 )
-from .clustering import GradientGroup, min_cluster_size, random_minibatches, tfidf_groups
+from .clustering import GradientGroup, embedding_groups, min_cluster_size, random_minibatches, tfidf_groups
 from .config import AgentGradConfig
 from .evaluation import Evaluator, Intervention
 from .hints import leaks_label
@@ -212,7 +213,8 @@ class RoundEngine:
 
     # ---- step 3 ------------------------------------------------------------------------------
     def gradients(self, report: AttributionReport) -> list[Gradient]:
-        items = [(name, rec) for name in report.order for rec in report.attributed.get(name, [])]
+        frozen = self.config.frozen(report.order)  # blamed and reported, never rewritten: no gradient to pay for
+        items = [(name, rec) for name in report.order if name not in frozen for rec in report.attributed.get(name, [])]
 
         def extract(item: tuple[str, AttributionRecord]) -> str | None:
             name, rec = item
@@ -257,8 +259,12 @@ class RoundEngine:
             if groups is not None:
                 return groups
             logger.warning("aggregator failed for %s; grouping its %d gradients with TF-IDF", name, len(texts))
+        vectors = self.proposer.embed(texts) if self.config.clustering == "embedding" else None
+        if self.config.clustering == "embedding" and vectors is None:
+            logger.warning("embedder failed for %s; grouping its %d gradients with TF-IDF", name, len(texts))
+        grouped = tfidf_groups(texts) if vectors is None else embedding_groups(vectors)
         out = []
-        for members in tfidf_groups(texts):
+        for members in grouped:
             if len(members) == 1:
                 text = texts[members[0]]
             else:
@@ -272,7 +278,9 @@ class RoundEngine:
         name = cluster.predictor
         current = self.instructions[name]
         record = CandidateRecord(self.round_index, name, len(cluster.members), minimum, cluster.text, current, None)
-        proposal = self.proposer.rewrite(self.signatures[name], current, cluster.text)
+        proposal = self.proposer.rewrite(
+            self.signatures[name], current, cluster.text, predictor=name, gradients=[g.text for g in cluster.members]
+        )
         if proposal is None or proposal.strip() == current.strip():
             record.reason = "rewrite failed" if proposal is None else "rewrite unchanged"
             return record
@@ -320,13 +328,15 @@ class RoundEngine:
         return record
 
     # ---- the loop -----------------------------------------------------------------------------
-    def run(self, max_rounds: int | None) -> str:
+    def run(self, max_rounds: int | None, resumed: bool = False) -> str:
         """Validate the starting program, then run rounds until a stop rule holds; returns the reason.
 
         Stops: ``max_rounds``; no failure left when the batch is the whole training set; a budget
         cap (the step that would exceed it is not started); as many rounds in a row without a new
         program run as the cluster schedule is long (nothing left to learn); Ctrl-C.
         """
+        sizes, cap = (len(self.trainset), len(self.valset)), self.evaluator.budget.max_metric_calls
+        self.emit("on_run_start", RunStart(list(self.instructions), *sizes, cap, max_rounds, resumed))
         try:
             self.validate_start()
             idle_rounds = 0

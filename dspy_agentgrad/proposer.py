@@ -7,15 +7,18 @@ runs, so a resumed run does not pay for them again.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import asdict
 from typing import Any
 
 import dspy
 
 from .budget import Budget, worst_case_usage
 from .clustering import GradientGroup, normalize_clusters
+from .instruction_proposer import InstructionProposer, RewriteRequest, checked_instruction
 from .jsonable import digest, to_jsonable
 from .paid_work import PaidWork
 from .parallel import current_batch
@@ -29,6 +32,8 @@ from .signatures import (
 )
 from .store import Memo
 from .usage import UsageLedger, empty_usage, track
+
+logger = logging.getLogger("dspy_agentgrad")
 
 MAX_FIELD_CHARS = 3000
 
@@ -57,8 +62,12 @@ class Proposer:
         ledger: UsageLedger,
         retry: RetryPolicy,
         price: Callable[[dict], float] | None = None,
+        instruction_proposer: InstructionProposer | None = None,
+        embedder: Callable[[list[str]], Any] | None = None,
     ):
         self.prompt_model = prompt_model
+        self.instruction_proposer = instruction_proposer
+        self.embedder = embedder
         self.price = price
         self.work: PaidWork[dict] = PaidWork(memo, dict, dict)
         self.budget = budget
@@ -69,14 +78,29 @@ class Proposer:
 
     def _call(self, role: str, signature: type[dspy.Signature], inputs: dict[str, Any]) -> dict | None:
         key = f"role:{signature.__name__}:{digest(inputs)}"
+        bound = worst_case_usage(self.prompt_model, signature, inputs)
+        return self._settle(role, key, lambda: self._predict(signature, inputs), bound)
+
+    def _predict(self, signature: type[dspy.Signature], inputs: dict[str, Any]) -> dict:
+        with dspy.context(lm=self.prompt_model, trace=None):
+            prediction = dspy.Predict(signature)(**inputs)
+        return to_jsonable(dict(prediction.items()))
+
+    def _settle(
+        self, role: str, key: str, produce: Callable[[], dict], bound: dict[str, int] | None = None
+    ) -> dict | None:
+        """Outputs of a journaled, counted, retried call of ``produce``; None when it kept failing.
+
+        ``bound`` is the call's worst-case usage, reserved against the prompt-LM caps before it
+        starts and settled at what it really used.
+        """
         reservation = None
-        if not self.work.is_settled(key):
-            bound = worst_case_usage(self.prompt_model, signature, inputs)
+        if bound is not None and self.work.pending([key]):
             reservation = self.budget.reserve(
                 key, sum(bound.values()), self.price(bound) if self.price else 0.0, current_batch()
             )
         try:
-            record, new = self.work.settle(key, lambda: self._ask(role, signature, inputs))
+            record, new = self.work.settle(key, lambda: self._ask(produce))
         except BaseException:
             self.budget.settle(reservation, 0)
             raise
@@ -93,15 +117,16 @@ class Proposer:
                     self.failures[role] += 1
                 for kind in record.get("errors", []):
                     self.failures[f"{role}:{kind}"] += 1
+            if record["outputs"] is None:
+                logger.warning("the %s role failed (%s); skipping it", role, ", ".join(record.get("errors", [])))
         return record["outputs"]
 
-    def _ask(self, role: str, signature: type[dspy.Signature], inputs: dict[str, Any]) -> dict:
+    def _ask(self, produce: Callable[[], dict]) -> dict:
         usage, errors = empty_usage(), []
         for attempt in range(1, self.retry.attempts + 1):
             try:
-                with track() as used, dspy.context(lm=self.prompt_model, trace=None):
-                    prediction = dspy.Predict(signature)(**inputs)
-                outputs = to_jsonable(dict(prediction.items()))
+                with track() as used:
+                    outputs = produce()
                 error = None
             except Exception as exc:
                 outputs, error = None, exc
@@ -163,15 +188,31 @@ class Proposer:
         )
         return (out or {}).get("generalized_gradient") or None
 
-    def rewrite(self, step_signature: str, instruction: str, feedback: str) -> str | None:
-        out = self._call(
-            "rewrite",
-            RewriteInstruction,
-            {
-                "step_signature": step_signature,
-                "current_instruction": instruction,
-                "feedback": feedback,
-            },
-        )
+    def rewrite(
+        self, step_signature: str, instruction: str, feedback: str, predictor: str = "", gradients: list[str] = ()
+    ) -> str | None:
+        """A new instruction from the rewrite role, or from the user's ``instruction_proposer``."""
+        if self.instruction_proposer is None:
+            inputs = {"step_signature": step_signature, "current_instruction": instruction, "feedback": feedback}
+            out = self._call("rewrite", RewriteInstruction, inputs)
+        else:
+            request = RewriteRequest(predictor, step_signature, instruction, feedback, list(gradients))
+            out = self._settle(
+                "rewrite",
+                f"role:instruction_proposer:{digest(asdict(request))}",
+                lambda: {"new_instruction": checked_instruction(self.instruction_proposer(request))},
+            )
         text = ((out or {}).get("new_instruction") or "").strip()
         return text or None
+
+    def embed(self, texts: list[str]) -> list[list[float]] | None:
+        """One embedding vector per text from ``embedder``; None when it kept failing."""
+
+        def vectors() -> dict:
+            rows = [[float(x) for x in row] for row in self.embedder(list(texts))]
+            if len(rows) != len(texts):
+                raise ValueError(f"the embedder returned {len(rows)} vectors for {len(texts)} texts")
+            return {"vectors": rows}
+
+        out = self._settle("embed", f"embed:{digest(list(texts))}", vectors)
+        return (out or {}).get("vectors")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import logging
 import random
 from collections.abc import Callable
@@ -14,21 +16,25 @@ from dspy.teleprompt.teleprompt import Teleprompter
 
 from .budget import Budget
 from .callbacks import Dispatcher
-from .config import AUTO_ROUNDS, AgentGradConfig, auto_budget
+from .config import AUTO_ROUNDS, AgentGradConfig, auto_budget, worst_case_calls
 from .engine import HintFn, RoundEngine
+from .estimate import Estimate, SampleStats, StartEstimate, build_estimate
 from .evaluation import Evaluator
 from .hints import default_hint
 from .identity import check_lm, lm_identity, metric_identity, prompts_digest
+from .instruction_proposer import InstructionProposer
 from .jsonable import digest, example_key
 from .metric import Metric
 from .observers import ProgressBar, StateSnapshot
 from .pricing import price_function
 from .proposer import Proposer
+from .report import write_report
 from .results import AgentGradResult, AttributionReport
 from .retries import RetryPolicy
 from .run_lock import LogDirLock
 from .store import Memo, atomic_write_json, check_fingerprint
 from .tracing import ProgramRunner
+from .tracking import MlflowTracker, import_mlflow
 from .usage import UsageLedger
 
 logger = logging.getLogger("dspy_agentgrad")
@@ -104,6 +110,34 @@ def _predictor_names(program: Any) -> list[str]:
     return names
 
 
+def _check_optimize_predictors(wanted: tuple[str, ...] | None, names: list[str]) -> None:
+    unknown = sorted(set(wanted or ()) - set(names))
+    if unknown:
+        raise ValueError(f"optimize_predictors has unknown names {unknown}; the program's predictors are {names}")
+
+
+def _embedder(embedder: Any, clustering: str) -> Any:
+    """A texts -> vectors function: a user's callable (``dspy.Embedder`` included) or a litellm model name."""
+    if clustering != "embedding":
+        if embedder is not None:
+            raise ValueError("embedder= is used only with clustering='embedding'")
+        return None
+    if embedder is None:
+        raise ValueError(
+            "clustering='embedding' needs embedder=: a litellm embedding model name "
+            "(e.g. 'openai/text-embedding-3-small'), a dspy.Embedder, or a function list[str] -> vectors"
+        )
+    return embedder if callable(embedder) else dspy.Embedder(embedder)
+
+
+def _with_instructions(student: dspy.Module, instructions: dict[str, str]) -> dspy.Module:
+    """A copy of ``student`` with these instructions (the user's program stays as it is)."""
+    program = student.deepcopy()
+    for name, predictor in program.named_predictors():
+        predictor.signature = predictor.signature.with_instructions(instructions[name])
+    return program
+
+
 def _signature_text(predictor: dspy.Predict) -> str:
     sig = predictor.signature
     return f"inputs: {', '.join(sig.input_fields)}; outputs: {', '.join(sig.output_fields)}"
@@ -151,6 +185,10 @@ class AgentGrad(Teleprompter):
         resume_despite: tuple[str, ...] = _DEFAULTS.resume_despite,
         callbacks: list[Any] | None = None,
         progress: bool = True,
+        optimize_predictors: list[str] | None = _DEFAULTS.optimize_predictors,
+        instruction_proposer: InstructionProposer | None = None,
+        embedder: Any = None,
+        use_mlflow: bool = _DEFAULTS.use_mlflow,
     ):
         super().__init__()
         self.metric = metric
@@ -162,6 +200,10 @@ class AgentGrad(Teleprompter):
         self.hint_fn = hint_fn
         check_lm(prompt_model, "prompt_model")
         check_lm(task_model, "task_model")
+        if instruction_proposer is not None and not callable(instruction_proposer):
+            raise TypeError("instruction_proposer must be callable as instruction_proposer(request) -> str | None")
+        self.instruction_proposer = instruction_proposer
+        self.embedder = _embedder(embedder, clustering)
         self.prompt_model = prompt_model
         self.task_model = task_model
         self.log_dir = Path(log_dir) if log_dir is not None else None
@@ -190,8 +232,12 @@ class AgentGrad(Teleprompter):
             retry_backoff_s=retry_backoff_s,
             track_stats=track_stats,
             resume_despite=resume_despite,
+            optimize_predictors=None if optimize_predictors is None else tuple(optimize_predictors),
+            use_mlflow=use_mlflow,
         )
         self.config.validate()
+        if use_mlflow:
+            import_mlflow()  # fail now, with the install hint, not after paid work
 
     def get_params(self) -> dict[str, Any]:
         params = {k: v for k, v in self.__dict__.items() if not k.startswith("_") and k != "config"}
@@ -229,7 +275,7 @@ class AgentGrad(Teleprompter):
             self.config.num_threads,
         )
         price = price_function(prompt) if self.config.max_prompt_cost is not None else None
-        proposer = Proposer(prompt, memo, budget, ledger, retry, price)
+        proposer = Proposer(prompt, memo, budget, ledger, retry, price, self.instruction_proposer, self.embedder)
         predictors = dict(student.named_predictors())
         return RoundEngine(
             self.config,
@@ -243,7 +289,98 @@ class AgentGrad(Teleprompter):
             Dispatcher(list(callbacks)),
         )
 
+    def _plan(
+        self, student: dspy.Module, trainset: Any, valset: Any
+    ) -> tuple[list[str], list[dspy.Example], list[dspy.Example], int | None, int | None]:
+        """Checked inputs: predictor names, train and validation sets, metric-call cap and round cap."""
+        names = _predictor_names(student)
+        _check_optimize_predictors(self.config.optimize_predictors, names)
+        trainset = _check_examples(trainset, "trainset")
+        if valset is None:
+            if len(trainset) < 2:
+                raise ValueError(
+                    "trainset needs at least 2 examples when no valset is given (a third is held out for validation)"
+                )
+            shuffled = list(trainset)
+            random.Random(self.config.seed).shuffle(shuffled)
+            cut = max(1, len(shuffled) // 3)
+            valset, trainset = shuffled[:cut], shuffled[cut:]
+        valset = _check_examples(valset, "valset")
+        max_calls, max_rounds = self.config.max_metric_calls, self.config.max_rounds
+        if self.config.auto is not None:
+            max_calls = auto_budget(
+                self.config.auto, len(names), len(trainset), len(valset), self.config.train_batch_size
+            )
+            max_rounds = max_rounds or AUTO_ROUNDS[self.config.auto]
+        return names, trainset, valset, max_calls, max_rounds
+
+    def _estimator(self, names: list[str], n_train: int, n_val: int, max_calls: int | None, max_rounds: int | None):
+        """sample stats -> :class:`Estimate` for this run's sizes, caps and models."""
+        task, prompt = self._lms()
+        prices = {}
+        for role, lm in (("task", task), ("prompt", prompt)):
+            try:
+                with contextlib.redirect_stdout(io.StringIO()):  # litellm prints a banner for unknown models
+                    prices[role] = price_function(lm)
+            except ValueError:
+                prices[role] = None
+        trainable = set(names) - self.config.frozen(names)
+        worst = max_calls
+        if max_rounds is not None:
+            worst = worst_case_calls(max_rounds, len(names), n_train, n_val, self.config.train_batch_size)
+            worst = worst if max_calls is None else min(worst, max_calls)
+
+        def estimate_from(sample: SampleStats) -> Estimate:
+            return build_estimate(
+                self.config,
+                sample,
+                predictors=names,
+                trainable=trainable,
+                n_train=n_train,
+                n_val=n_val,
+                max_metric_calls=max_calls,
+                max_rounds=max_rounds,
+                worst_case=worst,
+                prices=prices,
+            )
+
+        return estimate_from
+
     # ---- public API ---------------------------------------------------------------------------
+    def estimate(
+        self,
+        program: dspy.Module,
+        *,
+        trainset: list[dspy.Example],
+        valset: list[dspy.Example] | None = None,
+        sample_size: int = 8,
+    ) -> Estimate:
+        """Projected cost of ``compile(program, trainset=..., valset=...)`` before paying for it.
+
+        Runs and attributes ``sample_size`` training examples (the program runs and hinted
+        runs of that many examples: task-LM spend, no prompt-LM call) to measure a run's LM
+        calls, tokens and seconds, the failure rate, and how blame splits over the
+        predictors, then plays the rounds forward (see :mod:`dspy_agentgrad.estimate`).
+        """
+        names, trainset, valset, max_calls, max_rounds = self._plan(program, trainset, valset)
+        sample = random.Random(self.config.seed).sample(trainset, min(sample_size, len(trainset)))
+        engine = self._engine(program, sample, sample, Budget(None), None)
+        started = time.time()
+        report, outcomes = engine.attribute(sample)
+        seconds = time.time() - started
+        failures = sum(o.score < self.config.max_score for o in outcomes)
+        ledger = engine.evaluator.ledger.to_dict()
+        runs = engine.evaluator.budget.metric_calls
+        stats = SampleStats(
+            runs=runs,
+            failure_rate=failures / len(sample),
+            task_usage=ledger["task"],
+            seconds=seconds,
+            hints_per_failure=(runs - len(sample)) / failures if failures else None,
+            blame={name: n / failures for name, n in report.counts().items()} if failures else None,
+        )
+        return self._estimator(names, len(trainset), len(valset), max_calls, max_rounds)(stats)
+
     def attribute(self, program: dspy.Module, examples: list[dspy.Example]) -> AttributionReport:
         """Steps 1-2 only: run ``examples``, then find the predictor at fault for each failure."""
         _predictor_names(program)
@@ -264,26 +401,9 @@ class AgentGrad(Teleprompter):
         """Optimize ``student``'s instructions; returns a new program (``student`` is not changed)."""
         if kwargs:
             raise TypeError(f"compile() got unknown options {sorted(kwargs)}; set options on AgentGrad(...)")
-        names = _predictor_names(student)
-        trainset = _check_examples(trainset, "trainset")
-        if valset is None:
-            if len(trainset) < 2:
-                raise ValueError(
-                    "trainset needs at least 2 examples when no valset is given (a third is held out for validation)"
-                )
-            shuffled = list(trainset)
-            random.Random(self.config.seed).shuffle(shuffled)
-            cut = max(1, len(shuffled) // 3)
-            valset, trainset = shuffled[:cut], shuffled[cut:]
-        valset = _check_examples(valset, "valset")
-        max_calls, max_rounds = self.config.max_metric_calls, self.config.max_rounds
-        if self.config.auto is not None:
-            max_calls = auto_budget(
-                self.config.auto, len(names), len(trainset), len(valset), self.config.train_batch_size
-            )
-            max_rounds = max_rounds or AUTO_ROUNDS[self.config.auto]
+        names, trainset, valset, max_calls, max_rounds = self._plan(student, trainset, valset)
         with LogDirLock(self.log_dir) if self.log_dir is not None else nullcontext():
-            return self._optimize(student, trainset, valset, max_calls, max_rounds)
+            return self._optimize(student, names, trainset, valset, max_calls, max_rounds)
 
     def _fingerprint(self, student: dspy.Module, trainset: list, valset: list) -> dict:
         """What a resumed run must share with the run in ``log_dir`` (see :mod:`identity`)."""
@@ -304,7 +424,13 @@ class AgentGrad(Teleprompter):
         }
 
     def _optimize(
-        self, student: dspy.Module, trainset: list, valset: list, max_calls: int | None, max_rounds: int | None
+        self,
+        student: dspy.Module,
+        names: list[str],
+        trainset: list,
+        valset: list,
+        max_calls: int | None,
+        max_rounds: int | None,
     ) -> dspy.Module:
         initial = {n: p.signature.instructions for n, p in student.named_predictors()}
         resumed = False
@@ -326,7 +452,16 @@ class AgentGrad(Teleprompter):
                 log_dir=str(self.log_dir) if self.log_dir else None,
             )
 
-        observers: list[Any] = [ProgressBar(budget, self.progress)]
+        start_estimate = StartEstimate(
+            self._estimator(names, len(trainset), len(valset), max_calls, max_rounds),
+            lambda: engine.evaluator.ledger.by_phase["validate"],
+            self.config.max_score,
+        )
+        observers: list[Any] = [ProgressBar(budget, self.progress), start_estimate]
+        if self.config.use_mlflow:
+            observers.append(
+                MlflowTracker(options, snapshot, lambda r: _with_instructions(student, r.final_instructions))
+            )
         if self.log_dir is not None:
             observers.append(StateSnapshot(self.log_dir / "state.json", snapshot))
         engine = self._engine(student, trainset, valset, budget, self.log_dir, observers + self.callbacks)
@@ -339,7 +474,7 @@ class AgentGrad(Teleprompter):
                 f" ({memo.dropped} damaged journal line(s) skipped)" if memo.dropped else "",
             )
         try:
-            engine.run(max_rounds)
+            engine.run(max_rounds, resumed)
         finally:
             memo.close()
         if engine.interrupted:
@@ -356,13 +491,12 @@ class AgentGrad(Teleprompter):
             engine.best_val_score or 0.0,
         )
         outcome = snapshot()
-        program = student.deepcopy()
-        for name, predictor in program.named_predictors():
-            predictor.signature = predictor.signature.with_instructions(outcome.final_instructions[name])
+        program = _with_instructions(student, outcome.final_instructions)
         if self.config.track_stats:
             program.detailed_results = outcome
         if self.log_dir is not None:
             atomic_write_json(self.log_dir / "result.json", outcome.to_dict())
             (self.log_dir / "result.md").write_text(outcome.to_markdown(), encoding="utf-8")
             program.save(str(self.log_dir / "optimized_program.json"))
+            write_report(self.log_dir, outcome)
         return program
