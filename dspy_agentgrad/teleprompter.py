@@ -6,6 +6,7 @@ import contextlib
 import io
 import logging
 import random
+import time
 from collections.abc import Callable
 from contextlib import nullcontext
 from pathlib import Path
