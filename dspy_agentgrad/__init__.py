@@ -12,6 +12,7 @@ from .config import AUTO_ROUNDS, auto_budget
 from .hints import default_hint
 from .metric import MetricError
 from .results import AgentGradResult, AttributionRecord, AttributionReport, CandidateRecord, RoundRecord
+from .run_lock import LogDirBusy
 from .store import RunMismatch
 from .teleprompter import AgentGrad
 
@@ -22,6 +23,7 @@ __all__ = [
     "AttributionRecord",
     "AttributionReport",
     "CandidateRecord",
+    "LogDirBusy",
     "MetricError",
     "RoundRecord",
     "RunMismatch",

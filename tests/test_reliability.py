@@ -164,7 +164,7 @@ def _capped_run(threads: int, cap: int | None):
 
 
 def _decisions(result) -> str:
-    keep = ("candidates", "rounds", "final_instructions", "best_val_score", "metric_calls", "stop_reason", "usage")
+    keep = ("candidates", "rounds", "final_instructions", "best_val_score", "val_history", "metric_calls")
     return dumps({k: v for k, v in result.to_dict().items() if k in keep})
 
 
@@ -175,10 +175,11 @@ def test_prompt_token_caps_are_hard_and_decide_the_same_at_1_and_8_threads():
         cap = int(total * share)
         one, eight = _capped_run(1, cap), _capped_run(8, cap)
         assert _decisions(one) == _decisions(eight), f"cap {cap}"
-        paid = one.usage["prompt"]["prompt_tokens"] + one.usage["prompt"]["completion_tokens"]
-        assert "prompt-LM token budget" in one.stop_reason
-        assert f"{paid} of {cap} tokens paid" in one.stop_reason  # the message reports what was paid
-        assert paid <= cap  # worst cases are reserved before a call: never over the cap
+        for result in (one, eight):
+            # which calls of the batch the cap stopped in were paid may differ; the decisions do not
+            paid = result.usage["prompt"]["prompt_tokens"] + result.usage["prompt"]["completion_tokens"]
+            assert f"prompt-LM token budget: {paid} of {cap} tokens paid" in result.stop_reason
+            assert paid <= cap  # worst cases are reserved before a call: never over the cap
 
 
 # ---- 5. one compile at a time on a log_dir -------------------------------------------------------------
