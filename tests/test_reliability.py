@@ -66,6 +66,23 @@ def test_a_metric_whose_code_changed_under_the_same_name_is_refused(tmp_path):
         compile_once(tmp_path / "log", after)
 
 
+class CountingWrapper:
+    """A metric wrapper as benchmark harnesses write them."""
+
+    def __init__(self, metric):
+        self.metric = metric
+
+    def __call__(self, gold, pred, trace=None):
+        return self.metric(gold, pred, trace)
+
+
+def test_a_wrapper_around_another_metric_is_refused(tmp_path):
+    dspy.configure(lm=world_lm(World()))
+    compile_once(tmp_path, CountingWrapper(metric))
+    with pytest.raises(RunMismatch, match="different metric.*other_metric"):
+        compile_once(tmp_path, CountingWrapper(other_metric))
+
+
 @pytest.mark.parametrize("role", ["task_model", "prompt_model"])
 @pytest.mark.parametrize("change", ["model", "temperature"])
 def test_resume_with_another_task_or_prompt_lm_is_refused(tmp_path, role, change):
