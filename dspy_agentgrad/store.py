@@ -167,9 +167,10 @@ def _decode(value: Any, texts: dict[str, str]) -> Any:
 
 
 class Memo:
-    """Results already paid for, keyed by what produced them; thread-safe.
+    """Results paid for by an earlier compile on ``log_dir`` (read back), and the journal of new ones; thread-safe.
 
-    Without a ``log_dir`` it is an in-memory cache only. ``loaded`` counts records
+    The results of this compile are kept by :class:`PaidWork`, not here, so no
+    result is held twice in memory. ``loaded`` counts records
     read back, ``dropped`` the lines that could not be (reported in the log; intact
     records after a damaged line are kept). ``segments`` lists earlier compiles on
     this ``log_dir`` and, last, this one.
@@ -259,8 +260,9 @@ class Memo:
         self._dirty = True
 
     def get(self, key: str) -> Any | None:
+        """The record read back for ``key``, handed out once: the caller keeps it (no second copy here)."""
         with self._lock:
-            stored = self._data.get(key)
+            stored = self._data.pop(key, None)
         return None if stored is None else _decode(stored, self._texts)  # texts are only ever added
 
     def put(self, key: str, value: Any) -> None:
@@ -269,7 +271,6 @@ class Memo:
         at = round(time.monotonic() - self._clock, 3)
         line = json.dumps({"key": key, "value": encoded, "at": at}, ensure_ascii=False, default=str) + "\n"
         with self._lock:
-            self._data[key] = encoded
             self.segment.add(key, value, at)
             new_texts = [{"text": tid, "value": text} for tid, text in texts.items() if tid not in self._texts]
             self._texts.update(texts)
