@@ -1,6 +1,6 @@
 """What ``log_dir`` costs: CPU per metric call and journal bytes per metric call, with an instant fake LM.
 
-``python -m benchmarks.logdir_cost --budget 1500 --val 100 --train 60``
+``python -m benchmarks.logdir_cost --budget 1500 --train 50 --val 100``
 
 Runs AgentGrad on the HotpotQA program (pooled offline passages, so runs carry real retrieved text)
 with the rule-based fake LM (no latency), once without and once with ``log_dir``, and prints the
@@ -86,7 +86,7 @@ def _median(runs: list[dict]) -> dict:
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m benchmarks.logdir_cost", description=__doc__)
     p.add_argument("--budget", type=int, default=1500)
-    p.add_argument("--train", type=int, default=60)
+    p.add_argument("--train", type=int, default=50)
     p.add_argument("--val", type=int, default=100)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--repeat", type=int, default=3, help="runs per setting; the run with the median CPU time is shown")

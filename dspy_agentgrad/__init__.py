@@ -26,6 +26,7 @@ from .instruction_proposer import RewriteRequest
 from .metric import MetricError
 from .report import write_report
 from .results import AgentGradResult, AttributionRecord, AttributionReport, CandidateRecord, RoundRecord
+from .run_lock import LogDirBusy
 from .store import RunMismatch
 from .teleprompter import AgentGrad
 
@@ -41,6 +42,7 @@ __all__ = [
     "CandidateProposed",
     "CandidateRecord",
     "Estimate",
+    "LogDirBusy",
     "MetricError",
     "RewriteRequest",
     "RoundEnd",

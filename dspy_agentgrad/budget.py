@@ -8,7 +8,9 @@ tokens plus the LM's ``max_tokens``) is reserved; after it, the real usage is
 settled. Calls made in one parallel batch (:func:`parallel.current_batch`) are
 admitted against the usage settled *before* the batch plus the worst cases of the
 batch's calls, so whether a batch is refused does not depend on the order or the
-timing in which its calls finish: the same decisions at 1 and at 8 threads.
+timing in which its calls finish: the same decisions at 1 and at 8 threads. (Which
+calls of the refused batch were paid before the run stopped may differ; all of
+them fit under the cap.)
 """
 
 from __future__ import annotations

@@ -46,13 +46,24 @@ def _source_digest(obj: Any) -> str | None:
         return None  # built-ins, C functions, code typed at a REPL: the name alone identifies them
 
 
-def metric_identity(metric: Any) -> dict[str, str | None]:
-    """Qualified name of the metric (or of its class or wrapped function) and a digest of its source."""
+#: Attributes under which a callable object (a counting or caching wrapper) usually keeps the metric it wraps.
+WRAPPED_ATTRIBUTES = ("__wrapped__", "metric", "fn", "func")
+
+
+def metric_identity(metric: Any) -> dict[str, Any]:
+    """Qualified name of the metric (or of its class) and a digest of its source; for a wrapper object,
+    the identity of the metric it wraps too."""
     target = metric.func if isinstance(metric, functools.partial) else metric
-    if not (inspect.isfunction(target) or inspect.ismethod(target)):
+    wrapped = None
+    if not inspect.isroutine(target):
+        inner = next((getattr(target, a) for a in WRAPPED_ATTRIBUTES if callable(getattr(target, a, None))), None)
+        wrapped = None if inner is None or inner is target else metric_identity(inner)
         target = type(target)
     name = f"{getattr(target, '__module__', '?')}.{getattr(target, '__qualname__', type(target).__name__)}"
-    return {"name": name, "source": _source_digest(target)}
+    identity = {"name": name, "source": _source_digest(target)}
+    if wrapped is not None:
+        identity["wraps"] = wrapped
+    return identity
 
 
 def lm_identity(lm: Any) -> dict[str, Any]:

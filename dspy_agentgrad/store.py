@@ -167,9 +167,10 @@ def _decode(value: Any, texts: dict[str, str]) -> Any:
 
 
 class Memo:
-    """Results already paid for, keyed by what produced them; thread-safe.
+    """Results paid for by an earlier compile on ``log_dir`` (read back), and the journal of new ones; thread-safe.
 
-    Without a ``log_dir`` it is an in-memory cache only. ``loaded`` counts records
+    The results of this compile are kept by :class:`PaidWork`, not here, so no
+    result is held twice in memory. ``loaded`` counts records
     read back, ``dropped`` the lines that could not be (reported in the log; intact
     records after a damaged line are kept). ``segments`` lists earlier compiles on
     this ``log_dir`` and, last, this one.
@@ -250,33 +251,31 @@ class Memo:
             )
         self.loaded = len(self._data)
 
-    def _write(self, entries: list[dict]) -> None:
-        data = "".join(json.dumps(e, ensure_ascii=False, default=str) + "\n" for e in entries).encode(
-            "utf-8", "surrogatepass"
-        )
-        view = memoryview(data)
+    def _write(self, entries: list[dict], ready: str = "") -> None:
+        """Append ``entries`` and the already serialized lines ``ready`` with one ``write``."""
+        lines = "".join(json.dumps(e, ensure_ascii=False, default=str) + "\n" for e in entries) + ready
+        view = memoryview(lines.encode("utf-8", "surrogatepass"))
         while view:
             view = view[os.write(self._fd, view) :]
         self._dirty = True
 
     def get(self, key: str) -> Any | None:
+        """The record read back for ``key``, handed out once: the caller keeps it (no second copy here)."""
         with self._lock:
-            stored = self._data.get(key)
-            return None if stored is None else _decode(stored, self._texts)
+            stored = self._data.pop(key, None)
+        return None if stored is None else _decode(stored, self._texts)  # texts are only ever added
 
     def put(self, key: str, value: Any) -> None:
         texts: dict[str, str] = {}
         encoded = _encode(value, texts)
+        at = round(time.monotonic() - self._clock, 3)
+        line = json.dumps({"key": key, "value": encoded, "at": at}, ensure_ascii=False, default=str) + "\n"
         with self._lock:
-            at = round(time.monotonic() - self._clock, 3)
-            self._data[key] = encoded
             self.segment.add(key, value, at)
-            if self._fd is None:
-                self._texts.update(texts)
-                return
-            entries = [{"text": tid, "value": text} for tid, text in texts.items() if tid not in self._texts]
+            new_texts = [{"text": tid, "value": text} for tid, text in texts.items() if tid not in self._texts]
             self._texts.update(texts)
-            self._write(entries + [{"key": key, "value": encoded, "at": at}])
+            if self._fd is not None:
+                self._write(new_texts, line)  # a text line always lands before the first record using it
 
     def sync(self, force: bool = False) -> None:
         """fsync what was written, at most once per ``SYNC_INTERVAL_S`` unless ``force``."""
