@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from .config import AUTO_ROUNDS, auto_budget
-from .hints import default_hint
+from .hints import Hint, default_hint
 from .metric import MetricError
 from .results import AgentGradResult, AttributionRecord, AttributionReport, CandidateRecord, RoundRecord
 from .store import RunMismatch
@@ -22,6 +22,7 @@ __all__ = [
     "AttributionRecord",
     "AttributionReport",
     "CandidateRecord",
+    "Hint",
     "MetricError",
     "RoundRecord",
     "RunMismatch",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 import time
@@ -105,6 +106,9 @@ class AgentGrad(Teleprompter):
         agent_supervision: bool = _DEFAULTS.agent_supervision,
         semantic_abstraction: bool = _DEFAULTS.semantic_abstraction,
         leak_check: bool = _DEFAULTS.leak_check,
+        label_fields: tuple[str, ...] | None = _DEFAULTS.label_fields,
+        cumulative_hints: bool = _DEFAULTS.cumulative_hints,
+        failure_score: float = _DEFAULTS.failure_score,
         hint_delivery: str = _DEFAULTS.hint_delivery,
         retry_attempts: int = _DEFAULTS.retry_attempts,
         retry_backoff_s: float = _DEFAULTS.retry_backoff_s,
@@ -142,6 +146,9 @@ class AgentGrad(Teleprompter):
             agent_supervision=agent_supervision,
             semantic_abstraction=semantic_abstraction,
             leak_check=leak_check,
+            label_fields=None if label_fields is None else tuple(label_fields),
+            cumulative_hints=cumulative_hints,
+            failure_score=failure_score,
             hint_delivery=hint_delivery,
             retry_attempts=retry_attempts,
             retry_backoff_s=retry_backoff_s,
@@ -176,7 +183,7 @@ class AgentGrad(Teleprompter):
         retry = RetryPolicy(self.config.retry_attempts, self.config.retry_backoff_s)
         memo, ledger = Memo(log_dir), UsageLedger()
         evaluator = Evaluator(
-            ProgramRunner(student, self._metric, task, retry, self.config.hint_delivery),
+            ProgramRunner(student, self._metric, task, retry, self.config.hint_delivery, self.config.failure_score),
             memo,
             budget,
             ledger,
@@ -185,11 +192,16 @@ class AgentGrad(Teleprompter):
         price = price_function(prompt) if self.config.max_prompt_cost is not None else None
         proposer = Proposer(prompt, memo, budget, ledger, retry, price)
         predictors = dict(student.named_predictors())
+        hint_fn = self.hint_fn or functools.partial(
+            default_hint,
+            label_fields=self.config.label_fields,
+            output_fields={n: list(p.signature.output_fields) for n, p in predictors.items()},
+        )
         return RoundEngine(
             self.config,
             evaluator,
             proposer,
-            self.hint_fn or default_hint,
+            hint_fn,
             {n: _signature_text(p) for n, p in predictors.items()},
             {n: p.signature.instructions for n, p in predictors.items()},
             trainset,
