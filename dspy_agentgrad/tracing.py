@@ -312,8 +312,7 @@ def _intercept(predictor: dspy.Predict, name: str, delivery: str) -> None:
 
 def _is_async(program: dspy.Module) -> bool:
     """True for a program that defines ``aforward`` but no ``forward`` (run it with ``acall``)."""
-    own = [vars(c) for c in type(program).__mro__ if c.__module__.split(".")[0] != "dspy" and c is not object]
-    return any("aforward" in d for d in own) and not any("forward" in d for d in own)
+    return getattr(type(program), "forward", None) is None and getattr(type(program), "aforward", None) is not None
 
 
 def _run_async(program: dspy.Module, inputs: dict) -> Any:
