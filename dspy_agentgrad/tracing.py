@@ -42,7 +42,7 @@ from .usage import empty_usage, track
 logger = logging.getLogger("dspy_agentgrad")
 
 HINT_HEADER = "Hint for this example only (use it to produce a correct output):"
-HINT_FIELD = "hint_"
+HINT_FIELD = "example_hint"  # not dspy.Refine's "hint_": Refine overwrites that one with its own advice
 HINT_FIELD_DESC = "a hint for this example only: use it to produce a correct output"
 HINT_DELIVERIES = ("input_field", "instruction")
 CONTROL_KEY = "agentgrad_run"
@@ -194,8 +194,9 @@ def hinted_instruction(instruction: str, hint: str) -> str:
 def hinted_call(signature: type[dspy.Signature], instruction: str, hint: str, delivery: str, kwargs: dict):
     """The signature and inputs of a hinted call.
 
-    ``input_field`` passes the hint as an extra input field next to the step's inputs (as
-    ``dspy.Refine`` passes its advice); ``instruction`` appends it to the instruction.
+    ``input_field`` passes the hint as an extra input field next to the step's inputs (the way
+    ``dspy.Refine`` passes its advice, under a name of its own so both reach a predictor inside
+    a ``Refine``); ``instruction`` appends it to the instruction.
     """
     if delivery == "instruction":
         return signature.with_instructions(hinted_instruction(instruction, hint)), kwargs

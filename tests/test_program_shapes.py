@@ -360,6 +360,15 @@ def test_refine_and_best_of_n_attempts_get_the_hint_and_keep_their_lm_settings(k
     check(Attempts(kind), nested_world(), exact("answer"), train, val, "best.module.second.predict")
 
 
+def test_hint_reaches_a_refine_retry_next_to_refines_own_advice():
+    answer = lambda v: v + "-d-p"  # noqa: E731
+    train, val = data(["x1", "x2", "y3"], answer), data(["x4", "y5"], answer)
+    # the faulty predictor is repaired only by our hint on a retry that also carries Refine's advice
+    world = nested_world(follows_hint=lambda call: "hint_" in call.inputs)
+    world.answers["advice"] = lambda c: {"second.predict": "polish the draft properly"}
+    check(Attempts("refine"), world, exact("answer"), train, val, "best.module.second.predict")
+
+
 def test_few_shot_demos_are_kept():
     program = Outer()
     demo = dspy.Example(polished="demo-in", answer="demo-out")
