@@ -14,6 +14,7 @@ from .metric import MetricError
 from .results import AgentGradResult, AttributionRecord, AttributionReport, CandidateRecord, RoundRecord
 from .store import RunMismatch
 from .teleprompter import AgentGrad
+from .tracing import ProgramBug
 
 __all__ = [
     "AUTO_ROUNDS",
@@ -24,6 +25,7 @@ __all__ = [
     "CandidateRecord",
     "Hint",
     "MetricError",
+    "ProgramBug",
     "RoundRecord",
     "RunMismatch",
     "auto_budget",

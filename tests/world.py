@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+import zlib
 from collections import Counter
 
 import dspy
@@ -135,11 +136,20 @@ class World(RoleWorld):
         predictor's own kind but breaks every other example (wins on its cluster,
         loses on validation).
     leaky_answer: the answerer copies the gold answer out of a hint.
+    hint_follow_rate: the share of (example, predictor) pairs where a hinted faulty predictor
+        follows its hint (chosen by a stable hash, so runs repeat); rewrites always work.
     """
 
-    def __init__(self, overfit: tuple[str, ...] = (), leaky_answer: bool = False, garbage_roles: bool = False):
+    def __init__(
+        self,
+        overfit: tuple[str, ...] = (),
+        leaky_answer: bool = False,
+        garbage_roles: bool = False,
+        hint_follow_rate: float = 1.0,
+    ):
         super().__init__(overfit, garbage_roles)
         self.leaky_answer = leaky_answer
+        self.hint_follow_rate = hint_follow_rate
 
     def fix_name(self, call: FakeCall) -> str | None:
         return FIELD_TO_PREDICTOR.get(_first_output_field(call) or "")
@@ -149,7 +159,10 @@ class World(RoleWorld):
         faulty = name in kind.split("+") or (kind == "either" and name == "notes")
         if "OVERFIT" in call.instructions and not faulty:
             return False
-        return not faulty or f"FIX-{name}" in call.instructions or call.hint is not None
+        return not faulty or f"FIX-{name}" in call.instructions or (call.hint is not None and self._follows(name, call))
+
+    def _follows(self, name: str, call: FakeCall) -> bool:
+        return zlib.crc32(f"{name}:{call.inputs['question']}".encode()) % 1000 < self.hint_follow_rate * 1000
 
     def __call__(self, call: FakeCall):
         if "current_instruction" in call.inputs:
