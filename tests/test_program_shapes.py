@@ -80,6 +80,11 @@ def test_predictor_inside_parallel_or_batch_is_blamed_and_fixed(use_batch):
     report, _ = check(Tagger(use_batch), tagger_world(), exact("answer"), train, val, "tag")
     record = report.attributed["tag"][0]
     assert record.original == {"tag": "wrong"} and record.corrected["tag"].startswith("Q")
+    engine = RuleEngine(tagger_world())  # LM calls in DSPy's worker threads are counted
+    result = optimizer(exact("answer"), task_model=fake_lm(engine)).compile(
+        Tagger(use_batch), trainset=train, valset=val
+    )
+    assert result.detailed_results.usage["task"]["calls"] == engine.calls
 
 
 # ---- typed upstream outputs ------------------------------------------------------------------------
@@ -518,3 +523,23 @@ def test_hotpotqa_shape_metadata_and_reasoning_do_not_trip_the_leak_guard():
     hint = default_hint(train[0], "query.predict", dspy.Prediction(reasoning="r", answer="x"), "")
     assert "cap-a" in hint.text and not any(word in hint.text for word in ("bridge", "hard", "id-"))
     assert json.dumps(hint.reveals) == '["cap-a"]'
+
+
+def test_an_llm_judge_metrics_own_lm_calls_are_counted():
+    judge_engine = RuleEngine(lambda call: {"verdict": "yes" if call.inputs["answer"].endswith("-p") else "no"})
+    judge = dspy.Predict("answer -> verdict")
+    judge.set_lm(fake_lm(judge_engine))
+
+    def judged(example, pred, trace=None):
+        return float(judge(answer=pred.answer).verdict == "yes")
+
+    task_engine = RuleEngine(nested_world())
+    dspy.configure(lm=fake_lm(nested_world()))
+    answer = lambda v: v + "-d-p"  # noqa: E731
+    result = (
+        optimizer(judged, task_model=fake_lm(task_engine))
+        .compile(Outer(), trainset=data(["x1", "y3"], answer), valset=data(["x5", "y6"], answer))
+        .detailed_results
+    )
+    assert judge_engine.calls > 0
+    assert result.usage["task"]["calls"] == task_engine.calls + judge_engine.calls
