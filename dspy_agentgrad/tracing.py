@@ -33,6 +33,7 @@ from typing import Any
 
 import dspy
 import pydantic
+from dspy.signatures.signature import ensure_signature
 
 from .jsonable import digest, to_jsonable
 from .metric import Metric, MetricError
@@ -254,12 +255,16 @@ class _Call:
         return self.finish(prediction)
 
     def live_kwargs(self) -> dict:
+        """The call's own keyword arguments (``config``, ``lm``, ``demos`` kept) under the run's
+        instruction, with the hint when this predictor is hinted."""
+        kwargs = dict(self.kwargs)
+        base = ensure_signature(kwargs.pop("signature", self.predictor.signature))
         instruction = self.control.instructions[self.name]
         hint = self.control.hints.get(self.name)
         if hint:
-            signature, inputs = hinted_call(self.predictor.signature, instruction, hint, self.delivery, self.kwargs)
+            signature, inputs = hinted_call(base, instruction, hint, self.delivery, kwargs)
             return {**inputs, "signature": signature}
-        return {**self.kwargs, "signature": self.predictor.signature.with_instructions(instruction)}
+        return {**kwargs, "signature": base.with_instructions(instruction)}
 
     def failed(self, error: BaseException) -> None:
         self.control.predictor_error(error)

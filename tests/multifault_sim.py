@@ -42,42 +42,33 @@ def simulate(cumulative: bool, follow: float, seed: int, delivery: str = "input_
     return compiled.detailed_results
 
 
+def _share(count: int, total: int) -> str:
+    return f"{count} ({count / total:.0%})" if total else "0"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--follow", type=float, default=0.8)
-    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--delivery", default="input_field")
     args = parser.parse_args()
-    print(f"hint follow rate {args.follow}, delivery {args.delivery}")
-    print("| cumulative | seed | round | failures | explained single | explained cumulative | hard | val after |")
-    print("|---|---|---|---|---|---|---|---|")
-    totals = {}
+    print(f"hint follow rate {args.follow}, delivery {args.delivery}, {args.seeds} seeds; sums over seeds per round")
+    print("| cumulative | round | failures | explained: single hints | cumulative hints | hard | mean val after |")
+    print("|---|---|---|---|---|---|---|")
     for cumulative in (False, True):
-        failures = single = both = calls = 0
-        finals, first_round = [], []
-        for seed in range(args.seeds):
-            result = simulate(cumulative, args.follow, seed, args.delivery)
-            for r in result.rounds:
-                print(
-                    f"| {cumulative} | {seed} | {r.round} | {r.failures} | {r.explained_single} | "
-                    f"{r.explained_cumulative} | {r.hard_cases} | {r.best_val_score:.3f} |"
-                )
-                failures += r.failures
-                single += r.explained_single
-                both += r.explained_single + r.explained_cumulative
-            finals.append(result.best_val_score)
-            first_round.append(result.rounds[0].best_val_score)
-            calls += result.metric_calls
-        mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
-        totals[cumulative] = (single / failures, both / failures, mean(first_round), mean(finals), calls / args.seeds)
-    print()
-    print(
-        "| cumulative | failures explained by single hints | explained in all | val after round 0 | final val | "
-        "metric calls |"
-    )
-    print("|---|---|---|---|---|---|")
-    for cumulative, (single, both, first, final, calls) in totals.items():
-        print(f"| {cumulative} | {single:.2f} | {both:.2f} | {first:.3f} | {final:.3f} | {calls:.0f} |")
+        results = [simulate(cumulative, args.follow, seed, args.delivery) for seed in range(args.seeds)]
+        for index in range(max(len(r.rounds) for r in results)):
+            rounds = [r.rounds[index] for r in results if len(r.rounds) > index]
+            failures = sum(r.failures for r in rounds)
+            single = sum(r.explained_single for r in rounds)
+            more = sum(r.explained_cumulative for r in rounds)
+            print(
+                f"| {cumulative} | {index} | {failures} | {_share(single, failures)} | {_share(more, failures)} | "
+                f"{sum(r.hard_cases for r in rounds)} | {sum(r.best_val_score for r in rounds) / len(rounds):.3f} |"
+            )
+        calls = sum(r.metric_calls for r in results) / len(results)
+        final = sum(r.best_val_score for r in results) / len(results)
+        print(f"| {cumulative} | total | | | | | final {final:.3f}, {calls:.0f} metric calls per run |")
 
 
 if __name__ == "__main__":
