@@ -3,7 +3,19 @@
 The 3-predictor world of tests/world.py with imperfect hints (a hinted faulty predictor follows
 its hint on ``--follow`` of (example, predictor) pairs) and examples that need two fixes. Run:
 
-    PYTHONPATH=$PWD python tests/multifault_sim.py [--follow 0.8] [--seeds 3] [--delivery input_field]
+    PYTHONPATH=$PWD python tests/multifault_sim.py [--follow 0.8] [--seeds 5] [--delivery input_field]
+
+Measured (5 seeds, 40 train / 20 val, 12 of the 40 train examples need two fixes; round 0):
+
+| follow rate | single hints explain | + cumulative hints | hard cases | val after round 0 | metric calls |
+|---|---|---|---|---|---|
+| 0.8, cumulative off | 27/56 (48%) | - | 29 | 0.61 | 191 |
+| 0.8, cumulative on | 27/56 (48%) | 19/56 (34%) | 10 | 1.00 | 188 |
+| 1.0, cumulative off | 33/56 (59%) | - | 23 | 0.74 | 185 |
+| 1.0, cumulative on | 33/56 (59%) | 23/56 (41%) | 0 | 1.00 | 190 |
+
+Both settings end at validation 1.0 (by round 1 without cumulative hints); the two hint deliveries
+give identical numbers here, as this world follows a hint however it comes.
 """
 
 from __future__ import annotations
