@@ -13,6 +13,11 @@ Measured (5 seeds, 40 train / 20 val, 12 of the 40 train examples need two fixes
 | 0.8, cumulative on | 27/56 (48%) | 19/56 (34%) | 10 | 1.00 | 188 |
 | 1.0, cumulative off | 33/56 (59%) | - | 23 | 0.74 | 185 |
 | 1.0, cumulative on | 33/56 (59%) | 23/56 (41%) | 0 | 1.00 | 190 |
+| 0.5, cumulative off | 12/56 (21%) | - | 44 | 0.32 | 205 |
+| 0.5, cumulative on | 12/56 (21%) | 2/56 (4%) | 42 | 0.44 | 232 |
+
+With hints followed half the time, cumulative hints rarely help (both hints must be followed) and
+cost 13% more metric calls.
 
 Both settings end at validation 1.0 (by round 1 without cumulative hints); the two hint deliveries
 give identical numbers here, as this world follows a hint however it comes.
