@@ -29,10 +29,6 @@ class PaidWork(Generic[T]):
         self._in_flight: dict[str, threading.Event] = {}
         self._lock = threading.Lock()
 
-    def is_settled(self, key: str) -> bool:
-        with self._lock:
-            return key in self._settled
-
     def pending(self, keys: Iterable[str]) -> list[str]:
         """The distinct keys, in order, that no thread has settled or started in this run."""
         out: list[str] = []

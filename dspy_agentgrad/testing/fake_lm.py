@@ -14,7 +14,7 @@ import hashlib
 import json
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import dspy
@@ -34,7 +34,6 @@ class FakeCall:
     instructions: str
     inputs: dict[str, str]
     output_fields: list[str]
-    extras: dict[str, Any] = field(default_factory=dict)
 
     @property
     def hint(self) -> str | None:
@@ -44,10 +43,6 @@ class FakeCall:
         if HINT_HEADER in self.instructions:
             return self.instructions.split(HINT_HEADER, 1)[1].strip()
         return None
-
-    def has(self, text: str) -> bool:
-        """True when ``text`` occurs in the instructions (case-insensitive)."""
-        return text.lower() in self.instructions.lower()
 
 
 Rule = Callable[[FakeCall], "dict[str, Any] | str"]
