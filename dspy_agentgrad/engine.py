@@ -231,24 +231,35 @@ class RoundEngine:
     def _fix_record(
         self, example: dspy.Example, original: Outcome, result: Outcome, name: str, witness: Outcome | None = None
     ) -> AttributionRecord | None:
-        """The pseudo-label of predictor ``name`` when ``result`` fixes the failure: its first call whose
-        output differs from the same call in ``witness`` (the run without its hint; the original run by
-        default). None when the run is not fixed or none of the predictor's outputs changed."""
+        """The pseudo-label of predictor ``name`` when ``result`` fixes the failure; None when the run is
+        not fixed or the hint changed none of the predictor's outputs.
+
+        The call taken is the earliest one (by call number in ``witness``, the run without this hint;
+        the original run by default) that got the same inputs in both runs and answered differently:
+        the call the hint changed, not one whose inputs changed because an earlier call did. Calls are
+        paired by inputs, so the pairing holds when a program runs the predictor in threads. When no
+        call kept its inputs, calls are paired by call number.
+        """
         if not self._fixes(result, original):
             return None
         before, after = (witness or original).calls(name), result.calls(name)
-        for k, fixed in enumerate(after):
-            unhinted = before[k] if k < len(before) else None
-            if unhinted is None or unhinted.outputs != fixed.outputs:
-                return AttributionRecord(
-                    example,
-                    fixed.inputs,
-                    unhinted.outputs if unhinted else {},
-                    fixed.outputs,
-                    original.feedback,
-                    original.outputs,
-                )
-        return None
+        unpaired, changed = list(before), []
+        for fixed in after:
+            twin = next((step for step in unpaired if step.inputs == fixed.inputs), None)
+            if twin is not None:
+                unpaired.remove(twin)
+                if twin.outputs != fixed.outputs:
+                    changed.append((twin.call, twin.outputs, fixed))
+        if not changed:
+            changed = [
+                (k, before[k].outputs if k < len(before) else {}, fixed)
+                for k, fixed in enumerate(after)
+                if k >= len(before) or before[k].outputs != fixed.outputs
+            ]
+        if not changed:
+            return None
+        _, unhinted, fixed = min(changed, key=lambda item: item[0])
+        return AttributionRecord(example, fixed.inputs, unhinted, fixed.outputs, original.feedback, original.outputs)
 
     def _cumulative(self, examples, outcomes, unresolved, order, attributed) -> int:
         """Failures no single hint fixes: keep the hints on later predictors while adding earlier ones.

@@ -543,3 +543,34 @@ def test_an_llm_judge_metrics_own_lm_calls_are_counted():
     )
     assert judge_engine.calls > 0
     assert result.usage["task"]["calls"] == task_engine.calls + judge_engine.calls
+
+
+def test_replay_after_a_resume_rebuilds_typed_outputs_or_runs_the_call_live():
+    from dspy_agentgrad.metric import Metric
+    from dspy_agentgrad.tracing import Outcome, ProgramRunner
+
+    world = typed_world()
+    dspy.configure(lm=fake_lm(world))
+    runner = ProgramRunner(TypedPipeline(), Metric(exact("answer")))
+    example = data(["bad1"], lambda v: f"{v}:3:p/q:up")[0]
+    instructions = {name: p.signature.instructions for name, p in runner.program.named_predictors()}
+    first = runner.run(example, instructions)
+    journaled = Outcome.from_dict(json.loads(json.dumps(first.to_dict())))  # what a resumed run has
+    upstream = [s for s in journaled.steps if s.name == "parse"]
+    parse_calls = world.calls["mood"]
+    fixed = runner.run(example, instructions, hints={"answer": "be right"}, replay=upstream)
+    assert (first.score, fixed.score, fixed.replay_misses) == (0.0, 1.0, 0)
+    assert world.calls["mood"] == parse_calls  # replayed, not run
+    upstream[0].outputs["count"] = "not a number"  # cannot be rebuilt as an int: the call runs live
+    live = runner.run(example, instructions, hints={"answer": "be right"}, replay=upstream)
+    assert (live.score, live.replay_misses, world.calls["mood"]) == (1.0, 1, parse_calls + 1)
+
+
+def test_parallel_program_attribution_is_the_same_with_optimizer_threads():
+    answer = lambda v: "+".join(w.upper() for w in v.split())  # noqa: E731
+    train = data(["a qb c", "qd e", "f g", "qh", "qi qj"], answer)
+    dspy.configure(lm=fake_lm(tagger_world()))
+    reports = [optimizer(exact("answer"), num_threads=n).attribute(Tagger(False), train) for n in (1, 4)]
+    assert [json.dumps(r.to_dict(), sort_keys=True) for r in reports][0] == json.dumps(
+        reports[1].to_dict(), sort_keys=True
+    )
