@@ -21,7 +21,7 @@ from .callbacks import (
 )
 from .config import AUTO_ROUNDS, auto_budget
 from .estimate import Estimate
-from .hints import default_hint
+from .hints import Hint, default_hint
 from .instruction_proposer import RewriteRequest
 from .metric import MetricError
 from .report import write_report
@@ -29,6 +29,7 @@ from .results import AgentGradResult, AttributionRecord, AttributionReport, Cand
 from .run_lock import LogDirBusy
 from .store import RunMismatch
 from .teleprompter import AgentGrad
+from .tracing import ProgramBug
 
 __all__ = [
     "AUTO_ROUNDS",
@@ -42,8 +43,10 @@ __all__ = [
     "CandidateProposed",
     "CandidateRecord",
     "Estimate",
+    "Hint",
     "LogDirBusy",
     "MetricError",
+    "ProgramBug",
     "RewriteRequest",
     "RoundEnd",
     "RoundRecord",

@@ -53,6 +53,9 @@ class AgentGradConfig:
     agent_supervision: bool = True
     semantic_abstraction: bool = True
     leak_check: bool = True
+    label_fields: tuple[str, ...] | None = None
+    cumulative_hints: bool = True
+    failure_score: float = 0.0
     hint_delivery: str = "input_field"
     retry_attempts: int = 3
     retry_backoff_s: float = 1.0
@@ -107,6 +110,10 @@ class AgentGradConfig:
         if self.hint_delivery not in HINT_DELIVERIES:
             raise ValueError(f"hint_delivery must be one of {HINT_DELIVERIES}; got {self.hint_delivery!r}")
         self.resume_despite = check_resume_despite(self.resume_despite)
+        if self.label_fields is not None and not all(isinstance(f, str) for f in self.label_fields):
+            raise ValueError(f"label_fields must be a sequence of field names or None; got {self.label_fields!r}")
+        if not isinstance(self.failure_score, (int, float)) or isinstance(self.failure_score, bool):
+            raise ValueError(f"failure_score must be a number; got {self.failure_score!r}")
         if self.retry_backoff_s < 0:
             raise ValueError("retry_backoff_s must be >= 0")
 
@@ -118,6 +125,7 @@ class AgentGradConfig:
         data["cluster_schedule"] = list(self.cluster_schedule)
         if self.optimize_predictors is not None:
             data["optimize_predictors"] = list(self.optimize_predictors)
+        data["label_fields"] = None if self.label_fields is None else list(self.label_fields)
         return data
 
     def frozen(self, names: list[str]) -> set[str]:

@@ -21,19 +21,18 @@ from .jsonable import digest, example_key
 from .paid_work import PaidWork
 from .parallel import parallel_map
 from .store import Memo
-from .tracing import Outcome, ProgramRunner, Step
+from .tracing import Outcome, ProgramRunner, Step, check_first_runs
 from .usage import UsageLedger
 
 
 @dataclass
 class Intervention:
-    """Re-run ``example`` with ``hint`` given to ``target``; replay calls before ``replay_until``."""
+    """Re-run ``example`` with ``hints`` (predictor name -> hint) given to every call of those
+    predictors; the calls in ``replay`` (of predictors that ran before them) are replayed."""
 
     example: dspy.Example
-    target: str
-    hint: str
+    hints: dict[str, str]
     replay: list[Step]
-    replay_until: int
 
 
 def state_key(instructions: dict[str, str]) -> str:
@@ -56,10 +55,15 @@ class Evaluator:
         self.num_threads = num_threads
         self.errors: Counter[str] = Counter()
         self._lock = threading.Lock()
+        self._first_runs_checked = False
 
     def evaluate(self, instructions: dict[str, str], examples: list[dspy.Example], phase: str) -> list[Outcome]:
         jobs = [(eval_key(instructions, ex), lambda ex=ex: self.runner.run(ex, instructions)) for ex in examples]
-        return self._run(jobs, phase)
+        outcomes = self._run(jobs, phase)
+        if not self._first_runs_checked:
+            self._first_runs_checked = True
+            check_first_runs(outcomes)
+        return outcomes
 
     def mean_score(self, instructions: dict[str, str], examples: list[dspy.Example], phase: str) -> float:
         outcomes = self.evaluate(instructions, examples, phase)
@@ -71,15 +75,8 @@ class Evaluator:
         sk = state_key(instructions)
         jobs = [
             (
-                f"hint:{sk}:{example_key(it.example)}:{it.target}:{digest(it.hint)}",
-                lambda it=it: self.runner.run(
-                    it.example,
-                    instructions,
-                    hint_target=it.target,
-                    hint=it.hint,
-                    replay=it.replay,
-                    replay_until=it.replay_until,
-                ),
+                f"hint:{sk}:{example_key(it.example)}:{digest(it.hints)}",
+                lambda it=it: self.runner.run(it.example, instructions, hints=it.hints, replay=it.replay),
             )
             for it in items
         ]

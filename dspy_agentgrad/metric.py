@@ -1,9 +1,12 @@
 """One place that calls the user's metric and turns its answer into (score, feedback).
 
-Both DSPy's ``metric(example, pred, trace=None)`` and GEPA's
-``metric(gold, pred, trace=None, pred_name=None, pred_trace=None)`` are accepted;
-the result may be a number, a bool, or anything with a ``score`` (a
-``dspy.Prediction(score=..., feedback=...)`` or a dict).
+The metric is called the way DSPy and GEPA call it: the example and the prediction
+positionally, then ``trace``, ``pred_name`` and ``pred_trace`` (all ``None``: a whole
+program run is scored) by name, each only when the metric takes it (by that name or
+through ``**kwargs``). So ``metric(example, pred)``, ``metric(example, pred, trace=None)``,
+GEPA's ``metric(gold, pred, trace, pred_name, pred_trace)`` and
+``metric(gold, pred, trace=None, **kwargs)`` all work. The result may be a number, a bool,
+or anything with a ``score`` (a ``dspy.Prediction(score=..., feedback=...)`` or a dict).
 """
 
 from __future__ import annotations
@@ -26,14 +29,38 @@ class MetricResult:
     feedback: str
 
 
-def _accepts_gepa_args(metric: Callable) -> bool:
+OPTIONAL_ARGS = ("trace", "pred_name", "pred_trace")
+_POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+
+
+@dataclass(frozen=True)
+class _CallPlan:
+    """How to call one metric: how many ``None`` to pass positionally after (example, pred), which by name."""
+
+    extra_positional: int
+    by_name: tuple[str, ...]
+
+
+def _call_plan(metric: Callable) -> _CallPlan:
     try:
         params = inspect.signature(metric).parameters
-    except (TypeError, ValueError):
-        return False
-    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
-        return True
-    return "pred_name" in params and "pred_trace" in params
+    except (TypeError, ValueError):  # a builtin or C callable: the plain DSPy form
+        return _CallPlan(1, ())
+    kinds = [p.kind for p in params.values()]
+    positional = [p for p in params.values() if p.kind in _POSITIONAL]
+    if len(positional) < 2 and inspect.Parameter.VAR_POSITIONAL not in kinds:
+        raise TypeError(
+            "metric must take (example, prediction) as its first two arguments, as metric(example, pred, trace=None)"
+        )
+    # a required third positional parameter under another name (metric(ex, pred, tr)) gets None positionally
+    extra = [p for p in positional[2:] if p.name not in OPTIONAL_ARGS and p.default is p.empty]
+    by_name = tuple(
+        n
+        for n in OPTIONAL_ARGS
+        if (n in params and params[n].kind is not inspect.Parameter.POSITIONAL_ONLY)
+        or inspect.Parameter.VAR_KEYWORD in kinds
+    )
+    return _CallPlan(len(extra), by_name)
 
 
 class Metric:
@@ -45,13 +72,11 @@ class Metric:
                 f"metric must be callable as metric(example, pred, trace=None); got {type(metric).__name__}"
             )
         self.fn = metric
-        self._gepa_style = _accepts_gepa_args(metric)
+        self._plan = _call_plan(metric)
 
     def __call__(self, example: Any, prediction: Any) -> MetricResult:
-        if self._gepa_style:
-            raw = self.fn(example, prediction, None, None, None)
-        else:
-            raw = self.fn(example, prediction, None)
+        extra = (None,) * self._plan.extra_positional
+        raw = self.fn(example, prediction, *extra, **dict.fromkeys(self._plan.by_name))
         return self.parse(raw)
 
     def parse(self, raw: Any) -> MetricResult:

@@ -45,6 +45,9 @@ class AttributionReport:
     hard_cases: list[dspy.Example]
     passed: list[dspy.Example]
     leaked: int = 0
+    explained_single: int = 0
+    explained_cumulative: int = 0
+    replay_misses: int = 0
 
     def counts(self) -> dict[str, int]:
         return {name: len(records) for name, records in self.attributed.items()}
@@ -56,6 +59,9 @@ class AttributionReport:
             "hard_cases": [to_jsonable(e.toDict()) for e in self.hard_cases],
             "passed": len(self.passed),
             "rejected_as_label_leak": self.leaked,
+            "explained_single": self.explained_single,
+            "explained_cumulative": self.explained_cumulative,
+            "replay_misses": self.replay_misses,
         }
 
 
@@ -92,6 +98,8 @@ class RoundRecord:
     accepted: int = 0
     best_val_score: float | None = None
     metric_calls: int = 0
+    explained_single: int = 0
+    explained_cumulative: int = 0
 
 
 def paid_totals(segments: list[dict]) -> dict:

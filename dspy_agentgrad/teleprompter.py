@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import logging
 import random
@@ -180,6 +181,9 @@ class AgentGrad(Teleprompter):
         agent_supervision: bool = _DEFAULTS.agent_supervision,
         semantic_abstraction: bool = _DEFAULTS.semantic_abstraction,
         leak_check: bool = _DEFAULTS.leak_check,
+        label_fields: tuple[str, ...] | None = _DEFAULTS.label_fields,
+        cumulative_hints: bool = _DEFAULTS.cumulative_hints,
+        failure_score: float = _DEFAULTS.failure_score,
         hint_delivery: str = _DEFAULTS.hint_delivery,
         retry_attempts: int = _DEFAULTS.retry_attempts,
         retry_backoff_s: float = _DEFAULTS.retry_backoff_s,
@@ -228,6 +232,9 @@ class AgentGrad(Teleprompter):
             agent_supervision=agent_supervision,
             semantic_abstraction=semantic_abstraction,
             leak_check=leak_check,
+            label_fields=None if label_fields is None else tuple(label_fields),
+            cumulative_hints=cumulative_hints,
+            failure_score=failure_score,
             hint_delivery=hint_delivery,
             retry_attempts=retry_attempts,
             retry_backoff_s=retry_backoff_s,
@@ -269,7 +276,15 @@ class AgentGrad(Teleprompter):
         retry = RetryPolicy(self.config.retry_attempts, self.config.retry_backoff_s)
         memo, ledger = Memo(log_dir), UsageLedger()
         evaluator = Evaluator(
-            ProgramRunner(student, self._metric, task, retry, self.config.hint_delivery, self.config.max_score),
+            ProgramRunner(
+                student,
+                self._metric,
+                task,
+                retry,
+                self.config.hint_delivery,
+                self.config.max_score,
+                self.config.failure_score,
+            ),
             memo,
             budget,
             ledger,
@@ -278,11 +293,20 @@ class AgentGrad(Teleprompter):
         price = price_function(prompt) if self.config.max_prompt_cost is not None else None
         proposer = Proposer(prompt, memo, budget, ledger, retry, price, self.instruction_proposer, self.embedder)
         predictors = dict(student.named_predictors())
+        hint_fn = (
+            _checked_hint_fn(self.hint_fn)
+            if self.hint_fn
+            else functools.partial(
+                default_hint,
+                label_fields=self.config.label_fields,
+                output_fields={n: list(p.signature.output_fields) for n, p in predictors.items()},
+            )
+        )
         return RoundEngine(
             self.config,
             evaluator,
             proposer,
-            _checked_hint_fn(self.hint_fn) if self.hint_fn else default_hint,
+            hint_fn,
             {n: _signature_text(p) for n, p in predictors.items()},
             {n: p.signature.instructions for n, p in predictors.items()},
             trainset,

@@ -1,43 +1,79 @@
-"""Running the program on one example, with a recorded trace, a hint for one predictor,
-and replay of the predictors that ran before it.
+"""Running the program on one example, with a recorded trace, hints for chosen predictors,
+and replay of the predictors that ran before them.
 
 The optimizer never edits the user's program: it works on a private copy whose
 predictors are intercepted once. Everything that differs between runs (the
-instructions, the hinted predictor, the outputs to replay) travels in a
-``contextvars`` value set inside the worker thread, so concurrent runs never see
-each other's hint or instructions.
+instructions, the hints, the calls to replay, the record of calls) travels in a
+:class:`RunControl` carried in DSPy's own settings overrides (``dspy.context``), so it
+reaches every place DSPy runs a predictor: worker threads of ``dspy.Parallel``,
+``module.batch`` and ``ParallelExecutor`` (which copy those overrides), async tasks,
+the per-attempt copies that ``dspy.Refine``/``dspy.BestOfN`` make, and concurrent runs
+never see each other's control.
+
+Replay is keyed by (predictor, inputs, occurrence), not by position, so it survives
+threads inside the program: a call of a predictor that ran before the hinted one gets
+back the live ``Prediction`` it returned in this process (types intact) or, after a
+resume, one rebuilt from the signature's output types; a call that cannot be replayed
+runs live and is counted.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
-from collections.abc import Callable
+import copy
+import logging
+import threading
+import traceback
+from collections import defaultdict
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 import dspy
+import pydantic
+from dspy.signatures.signature import ensure_signature
 
-from .jsonable import to_jsonable
-from .metric import Metric, check_score_range
+from .jsonable import digest, to_jsonable
+from .metric import Metric, MetricError, check_score_range
 from .retries import RetryPolicy, error_kind, is_transient
 from .usage import empty_usage, track
 
+logger = logging.getLogger("dspy_agentgrad")
+
 HINT_HEADER = "Hint for this example only (use it to produce a correct output):"
-HINT_FIELD = "hint_"
+HINT_FIELD = "example_hint"  # not dspy.Refine's "hint_": Refine overwrites that one with its own advice
 HINT_FIELD_DESC = "a hint for this example only: use it to produce a correct output"
 HINT_DELIVERIES = ("input_field", "instruction")
+CONTROL_KEY = "agentgrad_run"
+_NAME_ATTR = "_agentgrad_name"
+
+
+class ProgramBug(RuntimeError):
+    """The program raised the same error of its own (not an LM error) on each of its first runs."""
 
 
 @dataclass
 class Step:
-    """One predictor call: which predictor, what it was given, what it returned."""
+    """One predictor call: which predictor, its call number in the run, its inputs and outputs.
+
+    ``prediction`` is the live object the call returned, kept in memory only (never journaled)
+    so that replay hands back the same types.
+    """
 
     name: str
     inputs: dict[str, Any]
     outputs: dict[str, Any]
+    call: int = 0
+    prediction: Any = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "inputs": self.inputs, "outputs": self.outputs}
+        return {"name": self.name, "call": self.call, "inputs": self.inputs, "outputs": self.outputs}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Step:
+        return cls(data["name"], data["inputs"], data["outputs"], data.get("call", 0))
 
 
 @dataclass
@@ -51,6 +87,7 @@ class Outcome:
     outputs: dict[str, Any] = field(default_factory=dict)
     usage: dict[str, int] = field(default_factory=empty_usage)
     attempts: int = 1
+    replay_misses: int = 0
 
     def order(self) -> list[str]:
         """Predictor names in order of first call in this run."""
@@ -60,8 +97,13 @@ class Outcome:
                 seen.append(step.name)
         return seen
 
+    def calls(self, name: str) -> list[Step]:
+        """Every call of predictor ``name`` in this run, in call order."""
+        return sorted((s for s in self.steps if s.name == name), key=lambda s: s.call)
+
     def first_step(self, name: str) -> Step | None:
-        return next((s for s in self.steps if s.name == name), None)
+        calls = self.calls(name)
+        return calls[0] if calls else None
 
     def to_dict(self) -> dict:
         return {
@@ -72,6 +114,7 @@ class Outcome:
             "outputs": self.outputs,
             "usage": self.usage,
             "attempts": self.attempts,
+            "replay_misses": self.replay_misses,
         }
 
     @classmethod
@@ -80,24 +123,69 @@ class Outcome:
             score=data["score"],
             feedback=data.get("feedback", ""),
             error=data.get("error"),
-            steps=[Step(**s) for s in data.get("steps", [])],
+            steps=[Step.from_dict(s) for s in data.get("steps", [])],
             outputs=data.get("outputs", {}),
             usage=data.get("usage", empty_usage()),
             attempts=data.get("attempts", 1),
+            replay_misses=data.get("replay_misses", 0),
         )
 
 
-@dataclass
-class _RunControl:
-    instructions: dict[str, str]
-    hint_target: str | None = None
-    hint: str | None = None
-    replay: list[Step] = field(default_factory=list)
-    replay_until: int = 0
-    position: int = 0
+def _inputs_key(name: str, inputs: dict[str, Any]) -> str:
+    return f"{name}:{digest(inputs)}"
 
 
-_ACTIVE: contextvars.ContextVar[_RunControl | None] = contextvars.ContextVar("agentgrad_run", default=None)
+class RunControl:
+    """Per-run state shared by every thread the run uses; all mutation under one lock."""
+
+    def __init__(
+        self,
+        instructions: dict[str, str],
+        hints: dict[str, str] | None = None,
+        replay: Iterable[Step] = (),
+    ):
+        self.instructions = instructions
+        self.hints = dict(hints or {})
+        replay = list(replay)
+        self._lock = threading.Lock()
+        self._replay: dict[str, list[Step]] = defaultdict(list)
+        for step in replay:
+            self._replay[_inputs_key(step.name, step.inputs)].append(step)
+        self.replay_names = frozenset(step.name for step in replay)
+        self._next_call: dict[str, int] = defaultdict(int)
+        self._sequence = 0
+        self._recorded: list[tuple[int, Step]] = []
+        self.replay_misses = 0
+        self.predictor_errors: list[BaseException] = []
+
+    def start_call(self, name: str) -> tuple[int, int]:
+        """A run-wide sequence number and this predictor's call number."""
+        with self._lock:
+            sequence, call = self._sequence, self._next_call[name]
+            self._sequence += 1
+            self._next_call[name] += 1
+        return sequence, call
+
+    def take_replay(self, name: str, inputs: dict[str, Any]) -> Step | None:
+        with self._lock:
+            queue = self._replay.get(_inputs_key(name, inputs))
+            return queue.pop(0) if queue else None
+
+    def record(self, sequence: int, step: Step) -> None:
+        with self._lock:
+            self._recorded.append((sequence, step))
+
+    def missed_replay(self) -> None:
+        with self._lock:
+            self.replay_misses += 1
+
+    def predictor_error(self, error: BaseException) -> None:
+        with self._lock:
+            self.predictor_errors.append(error)
+
+    def steps(self) -> list[Step]:
+        with self._lock:
+            return [step for _, step in sorted(self._recorded, key=lambda pair: pair[0])]
 
 
 def hinted_instruction(instruction: str, hint: str) -> str:
@@ -107,35 +195,160 @@ def hinted_instruction(instruction: str, hint: str) -> str:
 def hinted_call(signature: type[dspy.Signature], instruction: str, hint: str, delivery: str, kwargs: dict):
     """The signature and inputs of a hinted call.
 
-    ``input_field`` passes the hint as an extra input field next to the step's inputs (as
-    ``dspy.Refine`` passes its advice); ``instruction`` appends it to the instruction.
+    ``input_field`` passes the hint as an extra input field next to the step's inputs (the way
+    ``dspy.Refine`` passes its advice, under a name of its own so both reach a predictor inside
+    a ``Refine``); ``instruction`` appends it to the instruction.
     """
     if delivery == "instruction":
         return signature.with_instructions(hinted_instruction(instruction, hint)), kwargs
-    hinted = signature.with_instructions(instruction).append(HINT_FIELD, dspy.InputField(desc=HINT_FIELD_DESC), str)
+    hinted = signature.with_instructions(instruction)
+    if HINT_FIELD not in hinted.input_fields:
+        hinted = hinted.append(HINT_FIELD, dspy.InputField(desc=HINT_FIELD_DESC), str)
     return hinted, {**kwargs, HINT_FIELD: hint}
 
 
-def _intercept(predictor: dspy.Predict, name: str, original: Callable, delivery: str) -> Callable:
-    def forward(**kwargs):
-        control = _ACTIVE.get()
-        if control is None:
-            return original(**kwargs)
-        position = control.position
-        control.position += 1
-        if position < control.replay_until and control.replay[position].name == name:
-            prediction = dspy.Prediction(**control.replay[position].outputs)
-            trace = dspy.settings.trace
-            if trace is not None:
-                trace.append((predictor, dict(kwargs), prediction))
-            return prediction
-        instruction = control.instructions[name]
-        if name == control.hint_target and control.hint:
-            signature, inputs = hinted_call(predictor.signature, instruction, control.hint, delivery, kwargs)
-            return original(signature=signature, **inputs)
-        return original(signature=predictor.signature.with_instructions(instruction), **kwargs)
+def rebuild_prediction(signature: type[dspy.Signature], outputs: dict[str, Any]) -> dspy.Prediction:
+    """A Prediction from journaled (JSON) outputs, each field validated back to its declared type."""
+    values = {}
+    for key, value in outputs.items():
+        declared = signature.output_fields.get(key)
+        annotation = declared.annotation if declared is not None else Any
+        values[key] = pydantic.TypeAdapter(annotation).validate_python(value)
+    return dspy.Prediction(**values)
 
-    return forward
+
+def _replayed(predictor: dspy.Predict, step: Step) -> dspy.Prediction | None:
+    if step.prediction is not None:
+        try:
+            return copy.deepcopy(step.prediction)
+        except Exception:  # an output type that cannot be copied: hand back the object itself
+            return step.prediction
+    try:
+        return rebuild_prediction(predictor.signature, step.outputs)
+    except (pydantic.ValidationError, TypeError, ValueError):
+        return None
+
+
+class _Call:
+    """One intercepted predictor call: replay it, or run it under the run's instructions and hint."""
+
+    def __init__(self, predictor: dspy.Predict, delivery: str, kwargs: dict):
+        self.predictor = predictor
+        self.name = getattr(predictor, _NAME_ATTR)
+        self.control: RunControl = dspy.settings.get(CONTROL_KEY)
+        self.inputs = {k: to_jsonable(v) for k, v in kwargs.items() if k in predictor.signature.input_fields}
+        self.sequence, self.call = self.control.start_call(self.name)
+        self.kwargs = kwargs
+        self.delivery = delivery
+
+    def replay(self) -> dspy.Prediction | None:
+        if self.name not in self.control.replay_names:
+            return None
+        step = self.control.take_replay(self.name, self.inputs)
+        prediction = _replayed(self.predictor, step) if step is not None else None
+        if prediction is None:
+            self.control.missed_replay()
+            return None
+        trace = dspy.settings.trace
+        if trace is not None:
+            trace.append((self.predictor, dict(self.kwargs), prediction))
+        return self.finish(prediction)
+
+    def live_kwargs(self) -> dict:
+        """The call's own keyword arguments (``config``, ``lm``, ``demos`` kept) under the run's
+        instruction, with the hint when this predictor is hinted."""
+        kwargs = dict(self.kwargs)
+        base = ensure_signature(kwargs.pop("signature", self.predictor.signature))
+        instruction = self.control.instructions[self.name]
+        hint = self.control.hints.get(self.name)
+        if hint:
+            signature, inputs = hinted_call(base, instruction, hint, self.delivery, kwargs)
+            return {**inputs, "signature": signature}
+        return {**kwargs, "signature": base.with_instructions(instruction)}
+
+    def failed(self, error: BaseException) -> None:
+        self.control.predictor_error(error)
+
+    def finish(self, prediction: Any) -> Any:
+        outputs = to_jsonable(dict(prediction.items())) if hasattr(prediction, "items") else {}
+        self.control.record(self.sequence, Step(self.name, self.inputs, outputs, self.call, prediction))
+        return prediction
+
+
+def _intercepted_forward(self: dspy.Predict, **kwargs):
+    if dspy.settings.get(CONTROL_KEY) is None:
+        return type(self).forward(self, **kwargs)
+    call = _Call(self, self._agentgrad_delivery, kwargs)
+    replayed = call.replay()
+    if replayed is not None:
+        return replayed
+    try:
+        return call.finish(type(self).forward(self, **call.live_kwargs()))
+    except Exception as error:
+        call.failed(error)
+        raise
+
+
+async def _intercepted_aforward(self: dspy.Predict, **kwargs):
+    if dspy.settings.get(CONTROL_KEY) is None:
+        return await type(self).aforward(self, **kwargs)
+    call = _Call(self, self._agentgrad_delivery, kwargs)
+    replayed = call.replay()
+    if replayed is not None:
+        return replayed
+    try:
+        return call.finish(await type(self).aforward(self, **call.live_kwargs()))
+    except Exception as error:
+        call.failed(error)
+        raise
+
+
+def _intercept(predictor: dspy.Predict, name: str, delivery: str) -> None:
+    """Route the predictor's calls through the run control.
+
+    The hooks are bound methods of the predictor itself, so a ``deepcopy`` of the
+    program (``Refine``/``BestOfN`` copy it per attempt and set that copy's LM) rebinds
+    them to the copy and keeps its per-attempt LM settings.
+    """
+    setattr(predictor, _NAME_ATTR, name)
+    predictor._agentgrad_delivery = delivery
+    predictor.forward = _intercepted_forward.__get__(predictor)
+    predictor.aforward = _intercepted_aforward.__get__(predictor)
+
+
+def _is_async(program: dspy.Module) -> bool:
+    """True for a program that defines ``aforward`` but no ``forward`` (run it with ``acall``)."""
+    return getattr(type(program), "forward", None) is None and getattr(type(program), "aforward", None) is not None
+
+
+def _run_async(program: dspy.Module, inputs: dict) -> Any:
+    """Run an async-only program to completion in a fresh event loop on a helper thread
+    (the caller may already be inside an event loop, e.g. a notebook)."""
+    context = contextvars.copy_context()
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(context.run, asyncio.run, program.acall(**inputs)).result()
+
+
+def check_first_runs(outcomes: list[Outcome]) -> None:
+    """Stop when every one of the program's first runs raised the same error of the program's own."""
+    errors = {o.error for o in outcomes}
+    if outcomes and len(errors) == 1 and (outcomes[0].error or "").startswith("program:"):
+        raise ProgramBug(
+            f"the program raised {outcomes[0].error.split(':', 1)[1]} on each of its first {len(outcomes)} runs, "
+            f"outside any LM call (a bug in forward, or example inputs that do not match it): "
+            f"{outcomes[0].feedback}"
+        )
+
+
+def _raised_in_predictor(error: BaseException, predictor_errors: list[BaseException]) -> bool:
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        if any(current is known for known in predictor_errors):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
 
 
 class ProgramRunner:
@@ -143,7 +356,10 @@ class ProgramRunner:
 
     Program errors (LM failures, parse failures) are retried when transient and
     otherwise scored as a failure (score 0) with the error recorded; they never
-    count as a success.
+    count as a success. An error the program raises outside any predictor call is
+    counted as ``program:<Type>``. A metric that raises scores ``failure_score``
+    (transient metric errors are retried first); one that returns a non-score raises
+    :class:`MetricError` at once.
     """
 
     def __init__(
@@ -154,71 +370,98 @@ class ProgramRunner:
         retry: RetryPolicy | None = None,
         hint_delivery: str = "input_field",
         max_score: float | None = None,
+        failure_score: float = 0.0,
     ):
         self.program = student.deepcopy()
         self.max_score = max_score
         self.metric = metric
         self.task_model = task_model
         self.retry = retry or RetryPolicy()
-        self.names: dict[int, str] = {}
+        self.failure_score = failure_score
+        self.is_async = _is_async(self.program)
+        self._metric_error_logged = False
+        self._lock = threading.Lock()
         for name, predictor in self.program.named_predictors():
-            self.names[id(predictor)] = name
-            original = type(predictor).forward.__get__(predictor)  # not via getattr: DSPy warns on that
-            predictor.forward = _intercept(predictor, name, original, hint_delivery)
+            _intercept(predictor, name, hint_delivery)
 
     def run(
         self,
         example: dspy.Example,
         instructions: dict[str, str],
         *,
-        hint_target: str | None = None,
-        hint: str | None = None,
-        replay: list[Step] | None = None,
-        replay_until: int = 0,
+        hints: dict[str, str] | None = None,
+        replay: Iterable[Step] = (),
     ) -> Outcome:
         attempt = 0
         total_usage = empty_usage()
         while True:
             attempt += 1
-            control = _RunControl(dict(instructions), hint_target, hint, list(replay or []), replay_until)
-            trace: list = []
-            token = _ACTIVE.set(control)
+            control = RunControl(dict(instructions), hints, replay)
+            lm = {"lm": self.task_model} if self.task_model else {}
             try:
-                with (
-                    track() as usage,
-                    dspy.context(trace=trace, **({"lm": self.task_model} if self.task_model else {})),
-                ):
-                    prediction = self.program(**example.inputs())
+                with track() as usage, dspy.context(trace=[], **{CONTROL_KEY: control}, **lm):
+                    if self.is_async:
+                        prediction = _run_async(self.program, example.inputs())
+                    else:
+                        prediction = self.program(**example.inputs())
                 error = None
             except Exception as exc:  # LM errors, parse failures: scored as failure, never as success
                 prediction, error = None, exc
-            finally:
-                _ACTIVE.reset(token)
             for key in total_usage:
                 total_usage[key] += usage[key]
             if error is not None and is_transient(error) and attempt < self.retry.attempts:
                 self.retry.wait(attempt, error)
                 continue
-            steps = [
-                Step(self.names.get(id(p), type(p).__name__), to_jsonable(inputs), to_jsonable(dict(pred.items())))
-                for p, inputs, pred in trace
-            ]
+            steps = control.steps()
             if error is not None:
-                return Outcome(
-                    0.0,
-                    f"The program failed: {error_kind(error)}: {error}",
-                    error_kind(error),
-                    steps,
-                    {},
-                    total_usage,
-                    attempt,
-                )
-            result = self.metric(example, prediction)
-            if self.max_score is not None:
-                check_score_range(result.score, self.max_score, example)
-            outputs = (
-                to_jsonable(dict(prediction.items()))
-                if hasattr(prediction, "items")
-                else {"output": to_jsonable(prediction)}
+                kind = error_kind(error)
+                if not _raised_in_predictor(error, control.predictor_errors) and not is_transient(error):
+                    kind = "program:" + type(error).__name__
+                outcome = Outcome(0.0, f"The program failed: {kind}: {error}", kind, steps, {}, total_usage, attempt)
+            else:
+                outcome = self._score(example, prediction, steps, total_usage, attempt)
+            outcome.replay_misses = control.replay_misses
+            return outcome
+
+    def _score(self, example, prediction, steps, total_usage, attempts) -> Outcome:
+        outputs = (
+            to_jsonable(dict(prediction.items()))
+            if hasattr(prediction, "items")
+            else {"output": to_jsonable(prediction)}
+        )
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                with track() as usage:
+                    result = self.metric(example, prediction)
+                error = None
+            except MetricError:
+                raise
+            except Exception as exc:
+                error = exc
+            for key in total_usage:  # an LLM-judge metric's own LM calls
+                total_usage[key] += usage[key]
+            if error is None:
+                if self.max_score is not None:
+                    check_score_range(result.score, self.max_score, example)
+                return Outcome(result.score, result.feedback, None, steps, outputs, total_usage, attempts)
+            if is_transient(error) and attempt < self.retry.attempts:
+                self.retry.wait(attempt, error)
+                continue
+            self._log_metric_error(error)
+            kind = "metric:" + type(error).__name__
+            return Outcome(
+                self.failure_score, f"The metric failed: {error}", kind, steps, outputs, total_usage, attempts
             )
-            return Outcome(result.score, result.feedback, None, steps, outputs, total_usage, attempt)
+
+    def _log_metric_error(self, error: BaseException) -> None:
+        with self._lock:
+            if self._metric_error_logged:
+                return
+            self._metric_error_logged = True
+        logger.warning(
+            "the metric raised; such runs score failure_score=%s and are counted (first traceback only):\n%s",
+            self.failure_score,
+            "".join(traceback.format_exception(error)),
+        )

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import dspy
+from dspy.utils.usage_tracker import UsageTracker
 
 
 def empty_usage() -> dict[str, int]:
@@ -22,14 +23,38 @@ def _num(value) -> int:
     return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0
 
 
+class _SharedTracker(UsageTracker):
+    """A usage tracker that DSPy's worker threads share rather than copy.
+
+    ``ParallelExecutor`` (behind ``dspy.Parallel`` and ``module.batch``) deep-copies the
+    tracker into each worker, so the LM calls a program makes there would be lost.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self._lock = threading.Lock()
+
+    def __deepcopy__(self, memo):
+        return self
+
+    def add_usage(self, lm: str, usage_entry: dict) -> None:
+        with self._lock:
+            super().add_usage(lm, usage_entry)
+
+
 @contextmanager
 def track() -> Iterator[dict[str, int]]:
-    """Collect the LM calls made inside the block into the yielded dict (filled on exit)."""
+    """Collect the LM calls made inside the block, in any DSPy worker thread, into the yielded dict
+    (filled on exit)."""
     usage = empty_usage()
-    with dspy.track_usage() as tracker:
+    tracker, parent = _SharedTracker(), dspy.settings.usage_tracker
+    with dspy.context(usage_tracker=tracker):
         try:
             yield usage
         finally:
+            if parent is not None:  # roll up into an enclosing tracker, as dspy.track_usage does
+                for lm, entries in tracker.usage_data.items():
+                    parent.usage_data[lm].extend(entries)
             for entries in tracker.usage_data.values():
                 for entry in entries:
                     usage["calls"] += 1

@@ -73,18 +73,32 @@ def test_hard_cases_are_left_out_of_the_round(world):
     train = make_data({"extract+notes": 2, "extract": 2})
     val = make_data({"extract": 2, "none": 2}, start=50)
     result = (
-        optimizer(max_rounds=1, cluster_schedule=(1,)).compile(Pipeline(), trainset=train, valset=val).detailed_results
+        optimizer(max_rounds=1, cluster_schedule=(1,), cumulative_hints=False)
+        .compile(Pipeline(), trainset=train, valset=val)
+        .detailed_results
     )
     assert result.rounds[0].hard_cases == 2
     assert result.rounds[0].attributed == {"extract": 2, "notes": 0, "answer": 0}
+    assert (result.rounds[0].explained_single, result.rounds[0].explained_cumulative) == (2, 0)
     assert [c.cluster_size for c in result.candidates] == [2]
+
+
+def test_cumulative_hints_explain_a_failure_that_needs_two_fixes(world):
+    examples = make_data({"extract+notes": 2, "extract": 1})
+    report = optimizer().attribute(Pipeline(), examples)
+    assert report.hard_cases == [] and (report.explained_single, report.explained_cumulative) == (1, 2)
+    # each needed predictor gets a pseudo-label; the answerer's hint was not needed and is dropped
+    assert report.counts() == {"extract": 3, "notes": 2, "answer": 0}
+    notes = report.attributed["notes"][0]
+    assert notes.original == {"notes": "no answer found"} and notes.corrected == {"notes": "the answer is ans-id0"}
+    assert "document id0" in notes.inputs["passages"]
 
 
 def test_fix_threshold_lets_a_partial_fix_count_for_graded_metrics(world):
     examples = make_data({"extract+notes": 2})
-    strict = optimizer(partial_metric).attribute(Pipeline(), examples)
+    strict = optimizer(partial_metric, cumulative_hints=False).attribute(Pipeline(), examples)
     assert strict.counts() == {"extract": 0, "notes": 0, "answer": 0} and len(strict.hard_cases) == 2
-    relaxed = optimizer(partial_metric, fix_threshold=0.5).attribute(Pipeline(), examples)
+    relaxed = optimizer(partial_metric, fix_threshold=0.5, cumulative_hints=False).attribute(Pipeline(), examples)
     assert relaxed.counts() == {"extract": 2, "notes": 0, "answer": 0} and relaxed.hard_cases == []
     with pytest.raises(ValueError, match="fix_threshold"):
         AgentGrad(metric, fix_threshold=2.0)
@@ -104,7 +118,7 @@ def test_default_hint_cannot_pin_every_failure_on_the_last_predictor():
 def test_default_hint_carries_labels_and_feedback():
     example = make_data({"notes": 1})[0]
     hint = default_hint(example, "notes", dspy.Prediction(answer="x"), "expected ans-id0")
-    assert "ans-id0" in hint and "expected ans-id0" in hint
+    assert "ans-id0" in hint.text and "expected ans-id0" in hint.text and hint.reveals == ("ans-id0",)
     assert default_hint(dspy.Example(q="x").with_inputs("q"), "p", None, "") is None
 
 

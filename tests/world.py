@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+import zlib
 from collections import Counter
 
 import dspy
@@ -81,33 +82,87 @@ def partial_metric(example, pred, trace=None):
     return 0.5 if getattr(pred, "keyword", None) == example.question.split()[0] else 0.0
 
 
-def _predictor_of(call: FakeCall) -> str | None:
+def _first_output_field(call: FakeCall) -> str | None:
+    """The first output field of the predictor an optimizer role is asked about (from its instruction)."""
     text = call.inputs.get("current_instruction", call.instructions)
     found = re.search(r"produce the fields `(\w+)`", text)
-    return FIELD_TO_PREDICTOR.get(found.group(1)) if found else None
+    return found.group(1) if found else None
 
 
-class World:
+class RoleWorld:
+    """The optimizer's LM roles in a fake world: every gradient asks for the fix token of the
+    predictor it is about (``FIX-<name>``), and a rewrite appends the token its feedback names."""
+
+    def __init__(self, overfit: tuple[str, ...] = (), garbage_roles: bool = False):
+        self.overfit = set(overfit)
+        self.garbage_roles = garbage_roles
+        self.calls: Counter[str] = Counter()
+
+    def fix_name(self, call: FakeCall) -> str | None:
+        """The name in the fix token of the predictor a role call is about."""
+        return _first_output_field(call)
+
+    def _role(self, call: FakeCall):
+        name = self.fix_name(call)
+        if "gradients" in call.inputs and "clusters" in call.output_fields:
+            self.calls["abstract"] += 1
+            if self.garbage_roles:
+                return "garbage with no fields"
+            texts = re.findall(r"^\[(\d+)\] (.*)$", call.inputs["gradients"], flags=re.M)
+            groups: dict[str, list[int]] = {}
+            for index, text in texts:
+                groups.setdefault(text, []).append(int(index))
+            return {"clusters": [{"members": m, "generalized_gradient": t} for t, m in groups.items()]}
+        if "generalized_gradient" in call.output_fields:
+            self.calls["summarize"] += 1
+            return {"generalized_gradient": call.inputs["gradients"].splitlines()[0].split("] ", 1)[1]}
+        if "gradient" in call.output_fields:
+            self.calls["gradient"] += 1
+            return {"gradient": f"Always apply FIX-{name}."}
+        if "new_instruction" in call.output_fields:
+            self.calls["rewrite"] += 1
+            token = re.search(r"FIX-(\w+)", call.inputs["feedback"])
+            extra = f" FIX-{token.group(1)}" if token else ""
+            if token and token.group(1) in self.overfit:
+                extra += " OVERFIT"
+            return {"new_instruction": call.inputs["current_instruction"] + extra}
+        raise AssertionError(f"unexpected call: {call.output_fields}")
+
+
+class World(RoleWorld):
     """The rule behind the fake LM. Options change how the world misbehaves.
 
     overfit: predictor names whose rewrite also carries ``OVERFIT``, which fixes that
         predictor's own kind but breaks every other example (wins on its cluster,
         loses on validation).
     leaky_answer: the answerer copies the gold answer out of a hint.
+    hint_follow_rate: the share of (example, predictor) pairs where a hinted faulty predictor
+        follows its hint (chosen by a stable hash, so runs repeat); rewrites always work.
     """
 
-    def __init__(self, overfit: tuple[str, ...] = (), leaky_answer: bool = False, garbage_roles: bool = False):
-        self.overfit = set(overfit)
+    def __init__(
+        self,
+        overfit: tuple[str, ...] = (),
+        leaky_answer: bool = False,
+        garbage_roles: bool = False,
+        hint_follow_rate: float = 1.0,
+    ):
+        super().__init__(overfit, garbage_roles)
         self.leaky_answer = leaky_answer
-        self.garbage_roles = garbage_roles
-        self.calls: Counter[str] = Counter()
+        self.hint_follow_rate = hint_follow_rate
+
+    def fix_name(self, call: FakeCall) -> str | None:
+        return FIELD_TO_PREDICTOR.get(_first_output_field(call) or "")
 
     # -- task predictors -------------------------------------------------------------------------
     def _behaves(self, name: str, call: FakeCall, kind: str) -> bool:
         faulty = name in kind.split("+") or (kind == "either" and name == "notes")
         if "OVERFIT" in call.instructions and not faulty:
             return False
-        return not faulty or f"FIX-{name}" in call.instructions or call.hint is not None
+        return not faulty or f"FIX-{name}" in call.instructions or (call.hint is not None and self._follows(name, call))
+
+    def _follows(self, name: str, call: FakeCall) -> bool:
+        return zlib.crc32(f"{name}:{call.inputs['question']}".encode()) % 1000 < self.hint_follow_rate * 1000
 
     def __call__(self, call: FakeCall):
         if "current_instruction" in call.inputs:
@@ -136,33 +191,6 @@ class World:
         good = self._behaves("answer", call, kind) and found
         return {"answer": found.group(0) if good else "ans-bad"}
 
-    # -- the optimizer's roles -------------------------------------------------------------------
-    def _role(self, call: FakeCall):
-        name = _predictor_of(call)
-        if "gradients" in call.inputs and "clusters" in call.output_fields:
-            self.calls["abstract"] += 1
-            if self.garbage_roles:
-                return "garbage with no fields"
-            texts = re.findall(r"^\[(\d+)\] (.*)$", call.inputs["gradients"], flags=re.M)
-            groups: dict[str, list[int]] = {}
-            for index, text in texts:
-                groups.setdefault(text, []).append(int(index))
-            return {"clusters": [{"members": m, "generalized_gradient": t} for t, m in groups.items()]}
-        if "generalized_gradient" in call.output_fields:
-            self.calls["summarize"] += 1
-            return {"generalized_gradient": call.inputs["gradients"].splitlines()[0].split("] ", 1)[1]}
-        if "gradient" in call.output_fields:
-            self.calls["gradient"] += 1
-            return {"gradient": f"Always apply FIX-{name}."}
-        if "new_instruction" in call.output_fields:
-            self.calls["rewrite"] += 1
-            token = re.search(r"FIX-(\w+)", call.inputs["feedback"])
-            extra = f" FIX-{token.group(1)}" if token else ""
-            if token and token.group(1) in self.overfit:
-                extra += " OVERFIT"
-            return {"new_instruction": call.inputs["current_instruction"] + extra}
-        raise AssertionError(f"unexpected call: {call.output_fields}")
-
 
 def world_lm(world: World) -> dspy.LM:
     return fake_lm(world)
@@ -174,3 +202,30 @@ def instructions(program: dspy.Module) -> dict[str, str]:
 
 def dumps(obj) -> str:
     return json.dumps(obj, sort_keys=True, default=str)
+
+
+class ShapeWorld(RoleWorld):
+    """A world for program-shape tests.
+
+    ``answers`` maps each output field to a function of the call that gives its correct
+    value. The predictor whose outputs include ``faulty`` answers ``wrong`` in that field
+    on the calls where ``faulty_when(call)`` holds, unless its instruction carries its fix
+    token (``FIX-`` and the first output field its instruction names) or the call carries
+    a hint (``follows_hint(call)`` decides whether a hinted call follows it; always by default).
+    """
+
+    def __init__(self, answers, faulty, faulty_when=lambda call: True, wrong="wrong", follows_hint=None):
+        super().__init__()
+        self.answers, self.faulty, self.faulty_when, self.wrong = answers, faulty, faulty_when, wrong
+        self.follows_hint = follows_hint or (lambda call: True)
+
+    def __call__(self, call: FakeCall):
+        if "current_instruction" in call.inputs:
+            return self._role(call)
+        self.calls[call.output_fields[-1]] += 1
+        out = {field: self.answers[field](call) for field in call.output_fields}
+        token = f"FIX-{_first_output_field(call)}"  # the token the roles write for this predictor
+        repaired = token in call.instructions or (call.hint is not None and self.follows_hint(call))
+        if self.faulty in out and self.faulty_when(call) and not repaired:
+            out[self.faulty] = self.wrong
+        return out
