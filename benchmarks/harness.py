@@ -75,11 +75,13 @@ class CountingMetric:
         self._lock = threading.Lock()
         self.calls = 0
         self.feedback_calls = 0
+        self.times: list[float] = []  # perf_counter() of every scored call, for time-to-quality
 
     def __call__(self, gold, pred, trace=None, pred_name=None, pred_trace=None):
         with self._lock:
             if pred_name is None:
                 self.calls += 1
+                self.times.append(time.perf_counter())
             else:
                 self.feedback_calls += 1
         if self._gepa:
@@ -452,6 +454,10 @@ def run_optimizer(
     curve = running_best(curve)
     if curve and curve[-1][0] < calls:
         curve.append([calls, curve[-1][1]])  # the budget spent after the last improvement
+    if name != "baseline" and counter.times:  # seconds since start at which each curve point's call was made
+        details["curve_seconds"] = [
+            round(counter.times[min(max(int(c), 1), len(counter.times)) - 1] - start, 3) for c, _ in curve
+        ]
     return OptimizerRun(
         name=name,
         val_score=val,

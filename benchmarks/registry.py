@@ -26,7 +26,7 @@ class Benchmark:
     info: dict[str, Any] = field(default_factory=dict)
 
 
-BENCHMARKS = ("hotpotqa", "hover", "ifbench")
+BENCHMARKS = ("hotpotqa", "hover", "ifbench", "synthetic")
 
 
 def load_benchmark(name: str, **kwargs) -> Benchmark:
