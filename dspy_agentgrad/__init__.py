@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .config import AUTO_ROUNDS, auto_budget
+from .config import AUTO_CANDIDATES, auto_budget
 from .hints import default_hint
 from .metric import MetricError
 from .results import AgentGradResult, AttributionRecord, AttributionReport, CandidateRecord, RoundRecord
@@ -16,7 +16,7 @@ from .store import RunMismatch
 from .teleprompter import AgentGrad
 
 __all__ = [
-    "AUTO_ROUNDS",
+    "AUTO_CANDIDATES",
     "AgentGrad",
     "AgentGradResult",
     "AttributionRecord",

@@ -36,6 +36,28 @@ class Intervention:
     replay_until: int
 
 
+@dataclass
+class RaceResult:
+    """A candidate scored against a bar: its total, or the proof that it cannot clear the bar."""
+
+    total: float | None  # sum of scores over all examples; None when stopped early
+    scored: int  # examples scored before the decision
+
+    @property
+    def stopped_early(self) -> bool:
+        return self.total is None
+
+
+def cannot_clear(best_possible: float, bar: float, strict: bool) -> bool:
+    """True when a total of at most ``best_possible`` cannot pass ``bar`` (``> bar``, or ``>= bar``).
+
+    A small tolerance keeps the decision on the safe side of float rounding: the race then only stops
+    where the full evaluation would certainly have rejected too.
+    """
+    slack = 1e-9 * max(1.0, abs(bar))
+    return best_possible + slack <= bar if strict else best_possible + slack < bar
+
+
 def state_key(instructions: dict[str, str]) -> str:
     return digest(instructions)
 
@@ -58,12 +80,55 @@ class Evaluator:
         self._lock = threading.Lock()
 
     def evaluate(self, instructions: dict[str, str], examples: list[dspy.Example], phase: str) -> list[Outcome]:
-        jobs = [(eval_key(instructions, ex), lambda ex=ex: self.runner.run(ex, instructions)) for ex in examples]
-        return self._run(jobs, phase)
+        return self.evaluate_many([(instructions, examples)], phase)[0]
+
+    def evaluate_many(
+        self, requests: list[tuple[dict[str, str], list[dspy.Example]]], phase: str
+    ) -> list[list[Outcome]]:
+        """Several (instructions, examples) evaluations as one batch: one charge, one parallel map."""
+        jobs = [
+            (eval_key(instructions, ex), lambda ex=ex, ins=instructions: self.runner.run(ex, ins))
+            for instructions, examples in requests
+            for ex in examples
+        ]
+        flat = self._run(jobs, phase)
+        out, start = [], 0
+        for _instructions, examples in requests:
+            out.append(flat[start : start + len(examples)])
+            start += len(examples)
+        return out
 
     def mean_score(self, instructions: dict[str, str], examples: list[dspy.Example], phase: str) -> float:
         outcomes = self.evaluate(instructions, examples, phase)
         return sum(o.score for o in outcomes) / len(outcomes) if outcomes else 0.0
+
+    def race(
+        self,
+        instructions: dict[str, str],
+        examples: list[dspy.Example],
+        phase: str,
+        bar: float,
+        *,
+        strict: bool,
+        max_score: float,
+        chunk_size: int,
+    ) -> RaceResult:
+        """Score ``examples`` in order, in chunks of ``chunk_size``, until the total can no longer pass ``bar``.
+
+        Exact early rejection: after each chunk, if even ``max_score`` on every example left could not
+        give a total above ``bar`` (at least ``bar`` when not ``strict``), scoring stops. The chunks
+        are fixed and decided between, so the decision and the metric calls spent are the same at
+        any thread count.
+        """
+        total, done = 0.0, 0
+        for start in range(0, len(examples), chunk_size):
+            chunk = examples[start : start + chunk_size]
+            total += sum(o.score for o in self.evaluate(instructions, chunk, phase))
+            done += len(chunk)
+            left = len(examples) - done
+            if left and cannot_clear(total + left * max_score, bar, strict):
+                return RaceResult(None, done)
+        return RaceResult(total, done)
 
     def intervene(
         self, instructions: dict[str, str], items: list[Intervention], phase: str = "intervene"

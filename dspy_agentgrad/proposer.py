@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import dspy
@@ -29,18 +30,38 @@ from .signatures import (
 from .store import Memo
 from .usage import UsageLedger, empty_usage, track
 
-MAX_FIELD_CHARS = 3000
+MAX_FIELD_CHARS = 12000
 
 
-def format_fields(values: dict[str, Any]) -> str:
-    """``name: value`` lines, each value cut to a bounded length to keep prompts small."""
+def format_fields(values: dict[str, Any], max_chars: int = MAX_FIELD_CHARS) -> str:
+    """``name: value`` lines, each value cut to ``max_chars`` to keep prompts bounded."""
     lines = []
     for name, value in values.items():
         text = value if isinstance(value, str) else str(to_jsonable(value))
-        if len(text) > MAX_FIELD_CHARS:
-            text = text[:MAX_FIELD_CHARS] + " [...]"
+        if len(text) > max_chars:
+            text = text[:max_chars] + " [...]"
         lines.append(f"{name}: {text}")
     return "\n".join(lines)
+
+
+@dataclass
+class StepRole:
+    """What the prompt LM is told about a step's place in the program."""
+
+    signature: str  # this step's fields
+    program_steps: str  # every step in execution order, with its fields
+
+
+@dataclass
+class RewriteRequest:
+    """Everything the rewrite role sees for one cluster."""
+
+    signature: str
+    instruction: str
+    feedback: str
+    examples: list[tuple[dict, dict, dict]]  # (step inputs, original output, corrected output)
+    rejected: list[str]  # rewrites of this step already rejected
+    max_chars: int
 
 
 def numbered(texts: list[str]) -> str:
@@ -56,6 +77,7 @@ class Proposer:
         ledger: UsageLedger,
         retry: RetryPolicy,
         price: Callable[[dict], float] | None = None,
+        max_field_chars: int = MAX_FIELD_CHARS,
     ):
         self.prompt_model = prompt_model
         self.price = price
@@ -63,6 +85,7 @@ class Proposer:
         self.budget = budget
         self.ledger = ledger
         self.retry = retry
+        self.max_field_chars = max_field_chars
         self.failures: Counter[str] = Counter()
         self._lock = threading.Lock()
 
@@ -102,15 +125,22 @@ class Proposer:
                 self.retry.wait(attempt)
         return {"outputs": None, "usage": usage, "errors": errors}
 
-    def gradient(self, instruction: str, step_inputs: dict, original: dict, corrected: dict) -> str | None:
+    def fields(self, values: dict[str, Any]) -> str:
+        return format_fields(values, self.max_field_chars)
+
+    def gradient(
+        self, role: StepRole, instruction: str, step_inputs: dict, original: dict, corrected: dict
+    ) -> str | None:
         out = self._call(
             "gradient",
             ExtractGradient,
             {
+                "program_steps": role.program_steps,
+                "step_signature": role.signature,
                 "current_instruction": instruction,
-                "step_inputs": format_fields(step_inputs),
-                "original_output": format_fields(original),
-                "corrected_output": format_fields(corrected),
+                "step_inputs": self.fields(step_inputs),
+                "original_output": self.fields(original),
+                "corrected_output": self.fields(corrected),
             },
         )
         return (out or {}).get("gradient") or None
@@ -123,17 +153,21 @@ class Proposer:
             ExtractSystemGradient,
             {
                 "current_instruction": instruction,
-                "program_inputs": format_fields(program_inputs),
-                "program_output": format_fields(program_output),
+                "program_inputs": self.fields(program_inputs),
+                "program_output": self.fields(program_output),
                 "expected": expected,
             },
         )
         return (out or {}).get("gradient") or None
 
-    def abstract(self, instruction: str, gradients: list[str]) -> list[GradientGroup] | None:
-        """Groups of gradients with their generalized gradient; None when the call failed."""
+    def abstract(self, instruction: str, gradients: list[str], minimum: int) -> list[GradientGroup] | None:
+        """Groups of gradients with their generalized gradient; None when the call failed. The aggregator
+        is told ``minimum``, the fewest members a cluster needs this round, and asked to merge related
+        corrections to reach it."""
         out = self._call(
-            "abstract", AbstractGradients, {"current_instruction": instruction, "gradients": numbered(gradients)}
+            "abstract",
+            AbstractGradients,
+            {"current_instruction": instruction, "gradients": numbered(gradients), "min_cluster_size": minimum},
         )
         if out is None:
             return None
@@ -151,14 +185,22 @@ class Proposer:
         )
         return (out or {}).get("generalized_gradient") or None
 
-    def rewrite(self, step_signature: str, instruction: str, feedback: str) -> str | None:
+    def rewrite(self, request: RewriteRequest) -> str | None:
+        shown = [
+            f"Case {i + 1}\ninputs:\n{self.fields(inputs)}\noriginal output:\n{self.fields(original)}\n"
+            f"corrected output:\n{self.fields(corrected)}"
+            for i, (inputs, original, corrected) in enumerate(request.examples)
+        ]
         out = self._call(
             "rewrite",
             RewriteInstruction,
             {
-                "step_signature": step_signature,
-                "current_instruction": instruction,
-                "feedback": feedback,
+                "step_signature": request.signature,
+                "current_instruction": request.instruction,
+                "feedback": request.feedback,
+                "examples": "\n\n".join(shown) or "(none)",
+                "rejected_rewrites": numbered(request.rejected) or "(none)",
+                "max_instruction_chars": request.max_chars,
             },
         )
         text = ((out or {}).get("new_instruction") or "").strip()

@@ -14,7 +14,7 @@ from dspy.teleprompt.teleprompt import Teleprompter
 
 from .budget import Budget
 from .callbacks import Dispatcher
-from .config import AUTO_ROUNDS, AgentGradConfig, auto_budget
+from .config import AgentGradConfig, auto_budget
 from .engine import HintFn, RoundEngine
 from .evaluation import Evaluator
 from .hints import default_hint
@@ -108,6 +108,10 @@ class AgentGrad(Teleprompter):
         hint_delivery: str = _DEFAULTS.hint_delivery,
         retry_attempts: int = _DEFAULTS.retry_attempts,
         retry_backoff_s: float = _DEFAULTS.retry_backoff_s,
+        val_acceptance: str = _DEFAULTS.val_acceptance,
+        eval_chunk_size: int = _DEFAULTS.eval_chunk_size,
+        max_field_chars: int = _DEFAULTS.max_field_chars,
+        max_instruction_chars: int = _DEFAULTS.max_instruction_chars,
         callbacks: list[Any] | None = None,
         progress: bool = True,
     ):
@@ -146,6 +150,10 @@ class AgentGrad(Teleprompter):
             retry_attempts=retry_attempts,
             retry_backoff_s=retry_backoff_s,
             track_stats=track_stats,
+            val_acceptance=val_acceptance,
+            eval_chunk_size=eval_chunk_size,
+            max_field_chars=max_field_chars,
+            max_instruction_chars=max_instruction_chars,
         )
         self.config.validate()
 
@@ -183,7 +191,7 @@ class AgentGrad(Teleprompter):
             self.config.num_threads,
         )
         price = price_function(prompt) if self.config.max_prompt_cost is not None else None
-        proposer = Proposer(prompt, memo, budget, ledger, retry, price)
+        proposer = Proposer(prompt, memo, budget, ledger, retry, price, self.config.max_field_chars)
         predictors = dict(student.named_predictors())
         return RoundEngine(
             self.config,
@@ -232,10 +240,7 @@ class AgentGrad(Teleprompter):
         valset = _check_examples(valset, "valset")
         max_calls, max_rounds = self.config.max_metric_calls, self.config.max_rounds
         if self.config.auto is not None:
-            max_calls = auto_budget(
-                self.config.auto, len(names), len(trainset), len(valset), self.config.train_batch_size
-            )
-            max_rounds = max_rounds or AUTO_ROUNDS[self.config.auto]
+            max_calls = auto_budget(self.config.auto, len(names), len(valset))
         initial = {n: p.signature.instructions for n, p in student.named_predictors()}
         resumed = False
         if self.log_dir is not None:

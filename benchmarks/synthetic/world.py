@@ -24,6 +24,7 @@ the way they do with a remote LM.
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 import time
@@ -148,6 +149,8 @@ class SyntheticWorld:
             return {"gradient": advice or "No change needed."}
         if "generalized_gradient" in outputs:
             return {"generalized_gradient": advice or "No change needed."}
+        if "new_instruction" in outputs and "examples_with_feedback" in call.inputs:  # dspy.GEPA: JSON adapter
+            return json.dumps({"new_instruction": self._improved(current, seen)})
         if "new_instruction" in outputs:
             return {"new_instruction": self._improved(current, seen)}
         if "proposed_instruction" in outputs:
