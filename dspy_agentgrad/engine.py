@@ -15,6 +15,7 @@ import logging
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
+from fractions import Fraction
 
 import dspy
 
@@ -31,7 +32,7 @@ from .callbacks import (
 )
 from .clustering import GradientGroup, min_cluster_size, random_minibatches, tfidf_groups
 from .config import AgentGradConfig
-from .evaluation import Evaluator, Intervention, cannot_clear
+from .evaluation import Evaluator, Intervention, cannot_clear, exact_total
 from .hints import leaks_label
 from .jsonable import example_key
 from .parallel import parallel_map
@@ -124,7 +125,7 @@ class RoundEngine:
         self.fix_score = config.max_score if config.fix_threshold is None else config.fix_threshold
         self.best_val_score: float | None = None
         self.best_val_scores: list[float] = []  # per validation example, of the best program so far
-        self.best_val_total = 0.0
+        self.best_val_total = Fraction(0)  # exact, for acceptance decisions
         self.initial_val_score: float | None = None
         self.rounds: list[RoundRecord] = []
         self.candidates: list[CandidateRecord] = []
@@ -370,14 +371,14 @@ class RoundEngine:
             before_out, after_out = self.evaluator.evaluate_many(
                 [(self.instructions, examples), (candidate, examples)], "minibatch"
             )
-            before, after = sum(o.score for o in before_out), sum(o.score for o in after_out)
+            before, after = exact_total(before_out), exact_total(after_out)
         else:
-            before = sum(o.score for o in self.evaluator.evaluate(self.instructions, examples, "minibatch"))
+            before = exact_total(self.evaluator.evaluate(self.instructions, examples, "minibatch"))
             after = self.evaluator.race(
                 candidate, examples, "minibatch", before, strict=True, max_score=top, chunk_size=chunk
             ).total
-        record.cluster_score_before = before / len(examples)
-        record.cluster_score_after = None if after is None else after / len(examples)
+        record.cluster_score_before = float(before / len(examples))
+        record.cluster_score_after = None if after is None else float(after / len(examples))
         if after is None or after <= before:
             record.reason = "no gain on its cluster"
             return
@@ -395,7 +396,7 @@ class RoundEngine:
         if race.stopped_early:
             record.reason = f"no gain on validation (stopped after {race.scored}/{len(self.valset)}: cannot win)"
             return
-        record.val_score = race.total / len(self.valset)
+        record.val_score = float(race.total / len(self.valset))
         self.emit(
             "on_validation_scored",
             ValidationScored(
@@ -419,8 +420,8 @@ class RoundEngine:
 
     def _set_best(self, outcomes: list[Outcome]) -> None:
         self.best_val_scores = [o.score for o in outcomes]
-        self.best_val_total = sum(self.best_val_scores)
-        self.best_val_score = self.best_val_total / len(outcomes) if outcomes else 0.0
+        self.best_val_total = exact_total(outcomes)
+        self.best_val_score = float(self.best_val_total / len(outcomes)) if outcomes else 0.0
 
     # ---- the loop -----------------------------------------------------------------------------
     def run(self, max_rounds: int | None) -> str:

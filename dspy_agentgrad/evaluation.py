@@ -13,6 +13,7 @@ import threading
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from fractions import Fraction
 
 import dspy
 
@@ -40,7 +41,7 @@ class Intervention:
 class RaceResult:
     """A candidate scored against a bar: its total, or the proof that it cannot clear the bar."""
 
-    total: float | None  # sum of scores over all examples; None when stopped early
+    total: Fraction | None  # exact sum of scores over all examples; None when stopped early
     scored: int  # examples scored before the decision
 
     @property
@@ -48,14 +49,14 @@ class RaceResult:
         return self.total is None
 
 
-def cannot_clear(best_possible: float, bar: float, strict: bool) -> bool:
-    """True when a total of at most ``best_possible`` cannot pass ``bar`` (``> bar``, or ``>= bar``).
+def exact_total(outcomes: list[Outcome]) -> Fraction:
+    """The sum of the scores in exact arithmetic: no rounding, so no order or chunking changes a comparison."""
+    return sum((Fraction(o.score) for o in outcomes), Fraction(0))
 
-    A small tolerance keeps the decision on the safe side of float rounding: the race then only stops
-    where the full evaluation would certainly have rejected too.
-    """
-    slack = 1e-9 * max(1.0, abs(bar))
-    return best_possible + slack <= bar if strict else best_possible + slack < bar
+
+def cannot_clear(best_possible: Fraction, bar: Fraction, strict: bool) -> bool:
+    """True when a total of at most ``best_possible`` cannot pass ``bar`` (``> bar``, or ``>= bar``)."""
+    return best_possible <= bar if strict else best_possible < bar
 
 
 def state_key(instructions: dict[str, str]) -> str:
@@ -107,7 +108,7 @@ class Evaluator:
         instructions: dict[str, str],
         examples: list[dspy.Example],
         phase: str,
-        bar: float,
+        bar: Fraction,
         *,
         strict: bool,
         max_score: float,
@@ -120,13 +121,13 @@ class Evaluator:
         are fixed and decided between, so the decision and the metric calls spent are the same at
         any thread count.
         """
-        total, done = 0.0, 0
+        total, done, top = Fraction(0), 0, Fraction(max_score)
         for start in range(0, len(examples), chunk_size):
             chunk = examples[start : start + chunk_size]
-            total += sum(o.score for o in self.evaluate(instructions, chunk, phase))
+            total += exact_total(self.evaluate(instructions, chunk, phase))
             done += len(chunk)
             left = len(examples) - done
-            if left and cannot_clear(total + left * max_score, bar, strict):
+            if left and cannot_clear(total + left * top, bar, strict):
                 return RaceResult(None, done)
         return RaceResult(total, done)
 
