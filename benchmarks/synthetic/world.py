@@ -67,7 +67,8 @@ def symptom(defect: str) -> str:
 
 
 def encode_ticket(case: int, defects: list[int], unfixable: bool) -> str:
-    """Case number, defect bits (step k's defects are bits 2k and 2k+1) and the unfixable flag, scrambled so that no rule reads them by accident."""
+    """Case number, defect bits (step k's defects are bits 2k and 2k+1) and the unfixable flag,
+    scrambled so that no rule reads them by accident."""
     mask = sum(1 << i for i in defects) | (int(unfixable) << 30)
     return f"T{((mask << 12 | case) ^ SCRAMBLE):x}"
 
