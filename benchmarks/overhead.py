@@ -76,7 +76,7 @@ def one_run(
     prompt_ms: float,
     log_dir: str | None,
 ) -> dict[str, Any]:
-    bench = load_benchmark(train=train, val=val, test=0, seed=0)
+    bench = load_benchmark(train=train, val=val, test=1, seed=0)
     world = TimedWorld(task_ms / 1000, prompt_ms / 1000)
     lm = fake_lm(world, name="fake/synthetic")
     cpu0, wall0 = time.process_time(), time.perf_counter()
@@ -142,8 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.one:
         kwargs = json.loads(args.one)
         with tempfile.TemporaryDirectory() as tmp:
-            if kwargs.pop("with_log_dir"):
-                kwargs["log_dir"] = tmp
+            kwargs["log_dir"] = tmp if kwargs.pop("with_log_dir") else None
             print(json.dumps(one_run(**kwargs)))
         return 0
     budgets = (500,) if args.quick else BUDGETS
