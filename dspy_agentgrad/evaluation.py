@@ -99,10 +99,6 @@ class Evaluator:
             start += len(examples)
         return out
 
-    def mean_score(self, instructions: dict[str, str], examples: list[dspy.Example], phase: str) -> float:
-        outcomes = self.evaluate(instructions, examples, phase)
-        return sum(o.score for o in outcomes) / len(outcomes) if outcomes else 0.0
-
     def race(
         self,
         instructions: dict[str, str],
