@@ -314,7 +314,9 @@ def _run_gepa(program, trainset, valset, metric, ctx):
         compiled = opt.compile(program, trainset=trainset, valset=valset)
     res = compiled.detailed_results
     scores = list(res.val_aggregate_scores)
-    curve = list(zip(res.discovery_eval_counts, scores))
+    # GEPA records a candidate's count before paying for its validation pass; the point is reached (the
+    # score is known) only after it, as AgentGrad's points are: shift by one full validation pass.
+    curve = [(calls + len(valset), score) for calls, score in zip(res.discovery_eval_counts, scores)]
     details = {
         "num_candidates": len(scores),
         "best_idx": res.best_idx,
