@@ -19,6 +19,7 @@ import inspect
 import logging
 import math
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -75,11 +76,13 @@ class CountingMetric:
         self._lock = threading.Lock()
         self.calls = 0
         self.feedback_calls = 0
+        self.times: list[float] = []  # perf_counter() of every scored call, for time-to-quality
 
     def __call__(self, gold, pred, trace=None, pred_name=None, pred_trace=None):
         with self._lock:
             if pred_name is None:
                 self.calls += 1
+                self.times.append(time.perf_counter())
             else:
                 self.feedback_calls += 1
         if self._gepa:
@@ -318,7 +321,9 @@ def _run_gepa(program, trainset, valset, metric, ctx):
         compiled = opt.compile(program, trainset=trainset, valset=valset)
     res = compiled.detailed_results
     scores = list(res.val_aggregate_scores)
-    curve = list(zip(res.discovery_eval_counts, scores))
+    # GEPA records a candidate's count before paying for its validation pass; the point is reached (the
+    # score is known) only after it, as AgentGrad's points are: shift by one full validation pass.
+    curve = [(calls + len(valset), score) for calls, score in zip(res.discovery_eval_counts, scores)]
     details = {
         "num_candidates": len(scores),
         "best_idx": res.best_idx,
@@ -450,6 +455,7 @@ def run_optimizer(
         "counter": counter,
     }
     logger.info("running %s (budget %s metric calls)", name, max_metric_calls)
+    start = time.perf_counter()
     with SegmentLog(log_dir, meter, counter) as segments:  # a resumed run counts its earlier segments too
         if name == "baseline":
             compiled, val, curve, details = _run_baseline(program, trainset, valset, metric, ctx)
@@ -463,6 +469,10 @@ def run_optimizer(
     curve = running_best(curve)
     if curve and curve[-1][0] < calls:
         curve.append([calls, curve[-1][1]])  # the budget spent after the last improvement
+    if name != "baseline" and counter.times:  # seconds since start at which each curve point's call was made
+        details["curve_seconds"] = [
+            round(counter.times[min(max(int(c), 1), len(counter.times)) - 1] - start, 3) for c, _ in curve
+        ]
     return OptimizerRun(
         name=name,
         val_score=val,

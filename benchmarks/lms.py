@@ -127,13 +127,16 @@ def _reasoning_model(model: str) -> bool:
 
 
 def make_lm(spec: str | LMSpec, *, fake_rule: Callable | None = None, cache: bool = True, **kwargs: Any) -> dspy.LM:
-    """An LM from a spec: ``fake`` (rule-based, needs ``fake_rule``), ``local`` (the embedded model,
-    imported lazily) or a model spec (see the module docstring).
+    """An LM from a spec: ``fake`` (rule-based, needs ``fake_rule``), ``synthetic[:TASK_MS,PROMPT_MS]`` (the
+    synthetic benchmark's simulated LM), ``local`` (the embedded model, imported lazily) or a model spec
+    (see the module docstring).
 
     OpenAI reasoning models (gpt-5*, o1/o3/o4) get ``temperature=1.0, max_tokens=32000`` unless the
     spec says otherwise, as DSPy requires. Several ``api_base`` URLs give one LM whose calls a litellm
     Router spreads over them (:mod:`benchmarks.lm_router`).
     """
+    if spec.startswith("synthetic"):
+        return synthetic_lm(spec)
     if spec == "fake":
         if fake_rule is None:
             raise ValueError("the fake LM needs a rule")
@@ -175,6 +178,23 @@ def describe_spec(spec: str) -> Any:
     if spec in ("fake", "local"):
         return spec
     return parse_spec(spec).describe()
+
+
+def synthetic_lm(spec: str = "synthetic") -> dspy.LM:
+    """The synthetic benchmark's simulated LM: ``synthetic`` (30 ms per task call, 80 ms per prompt
+    call) or ``synthetic:TASK_MS,PROMPT_MS``."""
+    from benchmarks.synthetic.world import SyntheticWorld
+    from dspy_agentgrad.testing import fake_lm
+
+    task_ms, prompt_ms = 30.0, 80.0
+    if ":" in spec:
+        try:
+            task_ms, prompt_ms = (float(v) for v in spec.split(":", 1)[1].split(","))
+        except ValueError as exc:
+            raise ValueError(
+                f"synthetic LM spec must be 'synthetic' or 'synthetic:TASK_MS,PROMPT_MS'; got {spec!r}"
+            ) from exc
+    return fake_lm(SyntheticWorld(task_ms / 1000, prompt_ms / 1000), name="fake/synthetic")
 
 
 def _empty() -> dict[str, int]:

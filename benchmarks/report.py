@@ -9,7 +9,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-PRETTY = {"hotpotqa": "HotpotQA", "hover": "HoVer", "ifbench": "IFBench", "pupa": "PUPA"}
+from benchmarks.speed import speed_table
+
+PRETTY = {"hotpotqa": "HotpotQA", "hover": "HoVer", "ifbench": "IFBench", "pupa": "PUPA", "synthetic": "Synthetic"}
 OPT_PRETTY = {"baseline": "Baseline", "agentgrad": "AgentGrad", "gepa": "GEPA", "miprov2": "MIPROv2"}
 OPT_ORDER = ("baseline", "miprov2", "gepa", "agentgrad")
 
@@ -136,6 +138,9 @@ def markdown_report(results_list: list[dict]) -> str:
                     f"sizes {info.get('sizes')}; split seed {info.get('split_seed')}; "
                     f"optimizer seed {cfg.get('seed')}; cache policy {cfg.get('cache')}"
                 )
+    speed = [speed_table(r.get("benchmarks", {})) for r in results_list]
+    if any(speed):
+        out += ["## Time to quality", ""] + [t for t in speed if t] + [""]
     if notes:
         out += ["## Setup", ""] + notes + [""]
     return "\n".join(out)

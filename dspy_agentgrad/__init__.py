@@ -19,7 +19,7 @@ from .callbacks import (
     RunStart,
     ValidationScored,
 )
-from .config import AUTO_ROUNDS, auto_budget
+from .config import AUTO_CANDIDATES, auto_budget
 from .estimate import Estimate
 from .hints import Hint, default_hint
 from .instruction_proposer import RewriteRequest
@@ -32,7 +32,7 @@ from .teleprompter import AgentGrad
 from .tracing import ProgramBug
 
 __all__ = [
-    "AUTO_ROUNDS",
+    "AUTO_CANDIDATES",
     "AgentGrad",
     "AgentGradCallback",
     "AgentGradResult",

@@ -2,35 +2,38 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 
 from .identity import check_resume_despite
 from .tracing import HINT_DELIVERIES
 
-AUTO_ROUNDS = {"light": 4, "medium": 8, "heavy": 16}
+#: Candidates per preset, as dspy.GEPA's ``AUTO_RUN_SETTINGS``: equal ``auto`` means equal budgets.
+AUTO_CANDIDATES = {"light": 6, "medium": 12, "heavy": 18}
 DEFAULT_TRAIN_BATCH = 16
 CLUSTERINGS = ("lm", "tfidf", "embedding")
+VAL_ACCEPTANCE = ("strict", "non_decreasing")
 
 
-def auto_budget(
-    auto: str, n_predictors: int, n_train: int, n_val: int, train_batch_size: int = DEFAULT_TRAIN_BATCH
-) -> int:
-    """Metric calls an ``auto`` preset means for a program and data size.
+def auto_budget(auto: str, n_predictors: int, n_val: int) -> int:
+    """Metric calls an ``auto`` preset means: the budget ``dspy.GEPA(auto=...)`` gives the same program and data.
 
-    One initial validation pass, then per round the worst case of: the training
-    batch (b runs), one intervention per failure and predictor (b * N), the
-    candidates' cluster checks (at most 2 b), and two validation passes:
-    ``n_val + rounds * (b * (N + 3) + 2 * n_val)`` with b = min(train_batch_size, n_train).
-    Example: 3 predictors, 100 train, 50 val, "light" (4 rounds):
-    50 + 4 * (16 * 6 + 100) = 834.
+    dspy's rule (``GEPA.auto_budget``, minibatch 35, a full evaluation every 5 trials), with
+    n = 6 / 12 / 18 candidates and N predictors: ``T = max(4 N log2(n), 1.5 n)`` trials (rounded
+    down) and ``n_val + 5 n + 35 T + ((T + 1) // 5 + 1 + [T < 5]) n_val`` calls.
+    Example: 4 predictors, 50 validation examples, "light": T = 41, 50 + 30 + 1435 + 9 * 50 = 1965.
     """
-    if auto not in AUTO_ROUNDS:
-        raise ValueError(f"auto must be one of {sorted(AUTO_ROUNDS)} or None; got {auto!r}")
-    return worst_case_calls(AUTO_ROUNDS[auto], n_predictors, n_train, n_val, train_batch_size)
+    if auto not in AUTO_CANDIDATES:
+        raise ValueError(f"auto must be one of {sorted(AUTO_CANDIDATES)} or None; got {auto!r}")
+    candidates = AUTO_CANDIDATES[auto]
+    trials = int(max(2 * (max(n_predictors, 1) * 2) * math.log2(candidates), 1.5 * candidates))
+    full_evals = (trials + 1) // 5 + 1 + (1 if trials < 5 else 0)
+    return n_val + candidates * 5 + trials * 35 + full_evals * n_val
 
 
 def worst_case_calls(rounds: int, n_predictors: int, n_train: int, n_val: int, train_batch_size: int) -> int:
-    """The most metric calls ``rounds`` rounds can take (the formula of :func:`auto_budget`)."""
+    """The most metric calls ``rounds`` rounds can take: per round the batch, one hinted run per failure
+    and predictor, the cluster checks and two validation passes, after one initial validation pass."""
     b = min(train_batch_size, n_train)
     return n_val + rounds * (b * (n_predictors + 3) + 2 * n_val)
 
@@ -63,10 +66,14 @@ class AgentGradConfig:
     resume_despite: tuple[str, ...] = ()
     optimize_predictors: tuple[str, ...] | None = None
     use_mlflow: bool = False
+    val_acceptance: str = "strict"
+    eval_chunk_size: int = 16
+    max_field_chars: int = 12000
+    max_instruction_chars: int = 4000
 
     def validate(self) -> None:
-        if self.auto is not None and self.auto not in AUTO_ROUNDS:
-            raise ValueError(f"auto must be one of {sorted(AUTO_ROUNDS)} or None; got {self.auto!r}")
+        if self.auto is not None and self.auto not in AUTO_CANDIDATES:
+            raise ValueError(f"auto must be one of {sorted(AUTO_CANDIDATES)} or None; got {self.auto!r}")
         if self.auto is not None and self.max_metric_calls is not None:
             raise ValueError(
                 f"auto={self.auto!r} and max_metric_calls={self.max_metric_calls} both set the budget; "
@@ -78,7 +85,7 @@ class AgentGradConfig:
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
                 raise ValueError(f"{name} must be a positive integer or None; got {value!r}")
-        for name in ("num_threads", "train_batch_size", "retry_attempts"):
+        for name in ("num_threads", "train_batch_size", "retry_attempts", "eval_chunk_size", "max_field_chars"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be a positive integer; got {value!r}")
@@ -114,6 +121,10 @@ class AgentGradConfig:
             raise ValueError(f"label_fields must be a sequence of field names or None; got {self.label_fields!r}")
         if not isinstance(self.failure_score, (int, float)) or isinstance(self.failure_score, bool):
             raise ValueError(f"failure_score must be a number; got {self.failure_score!r}")
+        if self.val_acceptance not in VAL_ACCEPTANCE:
+            raise ValueError(f"val_acceptance must be one of {VAL_ACCEPTANCE}; got {self.val_acceptance!r}")
+        if not isinstance(self.max_instruction_chars, int) or self.max_instruction_chars < 50:
+            raise ValueError(f"max_instruction_chars must be an integer >= 50; got {self.max_instruction_chars!r}")
         if self.retry_backoff_s < 0:
             raise ValueError("retry_backoff_s must be >= 0")
 

@@ -16,6 +16,7 @@ import random
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from fractions import Fraction
 
 import dspy
 
@@ -33,15 +34,20 @@ from .callbacks import (
 )
 from .clustering import GradientGroup, embedding_groups, min_cluster_size, random_minibatches, tfidf_groups
 from .config import AgentGradConfig
-from .evaluation import Evaluator, Intervention
+from .evaluation import Evaluator, Intervention, cannot_clear, exact_total
 from .hints import Hint, as_hint, leaks_label
+from .instruction_proposer import RewriteRequest
 from .jsonable import example_key
 from .parallel import parallel_map
-from .proposer import Proposer, format_fields
+from .proposer import Proposer, StepRole
 from .results import AttributionRecord, AttributionReport, CandidateRecord, RoundRecord
 from .tracing import Outcome
 
 logger = logging.getLogger("dspy_agentgrad")
+
+#: Cases of the cluster (original vs corrected output) and rejected rewrites the rewrite role sees.
+REWRITE_EXAMPLES = 3
+REJECTED_SHOWN = 5
 
 HintFn = Callable[[dspy.Example, str, dspy.Prediction, str], "Hint | str | None"]
 
@@ -134,6 +140,8 @@ class RoundEngine:
         self.max_score = config.max_score
         self.fix_score = config.max_score if config.fix_threshold is None else config.fix_threshold
         self.best_val_score: float | None = None
+        self.best_val_scores: list[float] = []  # per validation example, of the best program so far
+        self.best_val_total = Fraction(0)  # exact, for acceptance decisions
         self.initial_val_score: float | None = None
         self.rounds: list[RoundRecord] = []
         self.candidates: list[CandidateRecord] = []
@@ -342,12 +350,14 @@ class RoundEngine:
     def gradients(self, report: AttributionReport) -> list[Gradient]:
         frozen = self.config.frozen(report.order)  # blamed and reported, never rewritten: no gradient to pay for
         items = [(name, rec) for name in report.order if name not in frozen for rec in report.attributed.get(name, [])]
+        steps = "\n".join(f"{i + 1}. {name}: {self.signatures.get(name, '')}" for i, name in enumerate(report.order))
 
         def extract(item: tuple[str, AttributionRecord]) -> str | None:
             name, rec = item
             if self.config.agent_supervision and rec.corrected:
-                return self.proposer.gradient(self.instructions[name], rec.inputs, rec.original, rec.corrected)
-            expected = format_fields(dict(rec.example.labels()))
+                role = StepRole(self.signatures.get(name, ""), steps)
+                return self.proposer.gradient(role, self.instructions[name], rec.inputs, rec.original, rec.corrected)
+            expected = self.proposer.fields(dict(rec.example.labels()))
             if rec.feedback:
                 expected += f"\nfeedback: {rec.feedback}"
             return self.proposer.system_gradient(
@@ -359,30 +369,42 @@ class RoundEngine:
 
     # ---- step 4 ------------------------------------------------------------------------------
     def abstract(self, pool: list[Gradient], minimum: int) -> tuple[list[Cluster], list[Gradient]]:
-        """Clusters that meet ``minimum``, and the gradients that wait for a later round."""
+        """Clusters that meet ``minimum``, and the gradients that wait for a later round.
+
+        The predictors are abstracted concurrently (their calls are independent); the result is
+        assembled in pool order, so it does not depend on the thread count.
+        """
         ready: list[Cluster] = []
         waiting: list[Gradient] = []
         by_predictor: dict[str, list[Gradient]] = {}
         for g in pool:
             by_predictor.setdefault(g.predictor, []).append(g)
-        for name, grads in by_predictor.items():
-            texts = [g.text for g in grads]
-            if not self.config.semantic_abstraction:
+        if not self.config.semantic_abstraction:
+            for name, grads in by_predictor.items():
                 size = max(self.config.cluster_schedule)
                 for batch in random_minibatches(len(grads), size, self.rng):
-                    ready.append(Cluster(name, [grads[i] for i in batch], "\n".join(f"- {texts[i]}" for i in batch)))
-                continue
-            for group in self._groups(name, texts):
+                    text = "\n".join(f"- {grads[i].text}" for i in batch)
+                    ready.append(Cluster(name, [grads[i] for i in batch], text))
+            return ready, waiting
+        names = list(by_predictor)
+        grouped = parallel_map(
+            lambda name: self._groups(name, [g.text for g in by_predictor[name]], minimum),
+            names,
+            self.config.num_threads,
+        )
+        for name, groups in zip(names, grouped):
+            grads = by_predictor[name]
+            for group in groups:
                 members = [grads[i] for i in group.members]
-                if len(members) < minimum:
+                if len(members) < minimum:  # the aggregator was asked to reach the minimum; this is the safety net
                     waiting.extend(members)
                 else:
-                    ready.append(Cluster(name, members, group.text or texts[group.members[0]]))
+                    ready.append(Cluster(name, members, group.text or grads[group.members[0]].text))
         return ready, waiting
 
-    def _groups(self, name: str, texts: list[str]) -> list[GradientGroup]:
+    def _groups(self, name: str, texts: list[str], minimum: int) -> list[GradientGroup]:
         if self.config.clustering == "lm":
-            groups = self.proposer.abstract(self.instructions[name], texts)
+            groups = self.proposer.abstract(self.instructions[name], texts, minimum)
             if groups is not None:
                 return groups
             logger.warning("aggregator failed for %s; grouping its %d gradients with TF-IDF", name, len(texts))
@@ -401,58 +423,141 @@ class RoundEngine:
         return out
 
     # ---- step 5 ------------------------------------------------------------------------------
+    def rewrite_request(self, cluster: Cluster) -> RewriteRequest:
+        """What the rewrite role sees for ``cluster``: feedback, a few cases, this step's rejected rewrites."""
+        name = cluster.predictor
+        shown = [
+            (g.record.inputs, g.record.original, g.record.corrected)
+            for g in cluster.members[:REWRITE_EXAMPLES]
+            if g.record.corrected
+        ]
+        rejected = [c.instruction for c in self.candidates if c.predictor == name and not c.accepted and c.instruction]
+        return RewriteRequest(
+            predictor=name,
+            step_signature=self.signatures[name],
+            current_instruction=self.instructions[name],
+            generalized_gradient=cluster.text,
+            gradients=[g.text for g in cluster.members],
+            examples=shown,
+            rejected=rejected[-REJECTED_SHOWN:],
+            max_chars=self.config.max_instruction_chars,
+        )
+
+    def prefetch_rewrites(self, ready: list[Cluster]) -> None:
+        """Ask for the first rewrite of every predictor at once.
+
+        Exact: until a predictor's first cluster is judged, neither its instruction nor its rejected
+        rewrites change (other predictors' updates do not touch them), so :meth:`update` later sends
+        the same request and gets the memoized answer. Only clusters whose checks fit the budget.
+        """
+        firsts: dict[str, Cluster] = {}
+        for cluster in ready:
+            firsts.setdefault(cluster.predictor, cluster)
+        remaining = self.evaluator.budget.remaining()
+        requests = [
+            self.rewrite_request(c)
+            for c in firsts.values()
+            if self.evaluator.cost(self.instructions, [g.record.example for g in c.members])
+            + len(c.members)
+            + len(self.valset)
+            <= remaining
+        ]
+        if len(requests) > 1:
+            parallel_map(self.proposer.rewrite, requests, self.config.num_threads)
+
     def update(self, cluster: Cluster, minimum: int) -> CandidateRecord:
+        """Rewrite for one cluster, then two-stage acceptance with exact early rejection.
+
+        The candidate must beat the current program on its cluster, then on validation
+        (``val_acceptance``: strictly, or at least equal). Either check stops as soon as the
+        candidate can no longer win (:meth:`Evaluator.race`); validation scores the examples the
+        current program does worst on first, where a losing candidate shows it soonest.
+        """
         name = cluster.predictor
         current = self.instructions[name]
         record = CandidateRecord(self.round_index, name, len(cluster.members), minimum, cluster.text, current, None)
-        proposal = self.proposer.rewrite(
-            self.signatures[name], current, cluster.text, predictor=name, gradients=[g.text for g in cluster.members]
-        )
+        examples = [g.record.example for g in cluster.members]
+        needed = self.evaluator.cost(self.instructions, examples) + len(examples) + len(self.valset)
+        if needed > self.evaluator.budget.remaining():  # checked before paying for the rewrite
+            raise BudgetExhausted(f"the next candidate check needs up to {needed} metric calls")
+        proposal = self.proposer.rewrite(self.rewrite_request(cluster))
         if proposal is None or proposal.strip() == current.strip():
             record.reason = "rewrite failed" if proposal is None else "rewrite unchanged"
             return record
         record.instruction = proposal
+        if len(proposal) > self.config.max_instruction_chars:
+            record.reason = f"rewrite longer than max_instruction_chars={self.config.max_instruction_chars}"
+            return record
         self.emit(
             "on_candidate_proposed",
             CandidateProposed(self.round_index, name, len(cluster.members), cluster.text, proposal),
         )
         candidate = {**self.instructions, name: proposal}
-        examples = [g.record.example for g in cluster.members]
-        needed = (
-            self.evaluator.cost(self.instructions, examples)
-            + self.evaluator.cost(candidate, examples)
-            + self.evaluator.cost(candidate, self.valset)
-        )
-        if needed > self.evaluator.budget.remaining():
-            raise BudgetExhausted(f"the next candidate check needs {needed} metric calls")
         start = self.evaluator.budget.metric_calls
-        before = self.evaluator.mean_score(self.instructions, examples, "minibatch")
-        after = self.evaluator.mean_score(candidate, examples, "minibatch")
-        record.cluster_score_before, record.cluster_score_after = before, after
-        if after <= before:
-            record.reason = "no gain on its cluster"
-        else:
-            record.val_score = self.evaluator.mean_score(candidate, self.valset, "validate")
-            self.emit(
-                "on_validation_scored",
-                ValidationScored(
-                    self.round_index,
-                    record.val_score,
-                    max(record.val_score, self.best_val_score),
-                    self.evaluator.budget.metric_calls,
-                    record,
-                ),
-            )
-            if record.val_score > self.best_val_score:
-                record.accepted, record.reason = True, "gain on cluster and validation"
-                self.instructions = candidate
-                self.best_val_score = record.val_score
-            else:
-                record.reason = "no gain on validation"
+        self._judge(record, candidate, examples)
         record.metric_calls = self.evaluator.budget.metric_calls - start
         if record.accepted:
+            self.instructions = candidate
             self.val_history.append((self.evaluator.budget.metric_calls, self.best_val_score))
         return record
+
+    def _judge(self, record: CandidateRecord, candidate: dict[str, str], examples: list[dspy.Example]) -> None:
+        chunk, top = self.config.eval_chunk_size, self.max_score
+        if len(examples) <= chunk:  # one batch for both sides of the cluster check
+            before_out, after_out = self.evaluator.evaluate_many(
+                [(self.instructions, examples), (candidate, examples)], "minibatch"
+            )
+            before, after = exact_total(before_out), exact_total(after_out)
+        else:
+            before = exact_total(self.evaluator.evaluate(self.instructions, examples, "minibatch"))
+            after = self.evaluator.race(
+                candidate, examples, "minibatch", before, strict=True, max_score=top, chunk_size=chunk
+            ).total
+        record.cluster_score_before = float(before / len(examples))
+        record.cluster_score_after = None if after is None else float(after / len(examples))
+        if after is None or after <= before:
+            record.reason = "no gain on its cluster"
+            return
+        order = sorted(range(len(self.valset)), key=lambda i: (self.best_val_scores[i], i))
+        strict = self.config.val_acceptance == "strict"
+        race = self.evaluator.race(
+            candidate,
+            [self.valset[i] for i in order],
+            "validate",
+            self.best_val_total,
+            strict=strict,
+            max_score=top,
+            chunk_size=chunk,
+        )
+        if race.stopped_early:
+            record.reason = f"no gain on validation (stopped after {race.scored}/{len(self.valset)}: cannot win)"
+            return
+        record.val_score = float(race.total / len(self.valset))
+        self.emit(
+            "on_validation_scored",
+            ValidationScored(
+                self.round_index,
+                record.val_score,
+                max(record.val_score, self.best_val_score),
+                self.evaluator.budget.metric_calls,
+                record,
+            ),
+        )
+        if cannot_clear(race.total, self.best_val_total, strict):
+            record.reason = "no gain on validation"
+            return
+        record.accepted, record.reason = (
+            True,
+            "gain on cluster and validation"
+            if race.total > self.best_val_total
+            else "gain on cluster, equal on validation",
+        )
+        self._set_best(self.evaluator.evaluate(candidate, self.valset, "validate"))  # all cached: free
+
+    def _set_best(self, outcomes: list[Outcome]) -> None:
+        self.best_val_scores = [o.score for o in outcomes]
+        self.best_val_total = exact_total(outcomes)
+        self.best_val_score = float(self.best_val_total / len(outcomes)) if outcomes else 0.0
 
     # ---- the loop -----------------------------------------------------------------------------
     def run(self, max_rounds: int | None, resumed: bool = False) -> str:
@@ -497,8 +602,8 @@ class RoundEngine:
         return self.stop_reason
 
     def validate_start(self) -> None:
-        self.initial_val_score = self.evaluator.mean_score(self.instructions, self.valset, "validate")
-        self.best_val_score = self.initial_val_score
+        self._set_best(self.evaluator.evaluate(self.instructions, self.valset, "validate"))
+        self.initial_val_score = self.best_val_score
         self.val_history.append((self.evaluator.budget.metric_calls, self.best_val_score))
         logger.info("initial validation score %.4f on %d examples", self.best_val_score, len(self.valset))
         self.emit(
@@ -553,6 +658,7 @@ class RoundEngine:
             minimum,
             len(self.waiting),
         )
+        self.prefetch_rewrites(ready)
         for cluster in ready:
             candidate = self.update(cluster, minimum)
             self.candidates.append(candidate)

@@ -13,6 +13,7 @@ import threading
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from fractions import Fraction
 
 import dspy
 
@@ -33,6 +34,28 @@ class Intervention:
     example: dspy.Example
     hints: dict[str, str]
     replay: list[Step]
+
+
+@dataclass
+class RaceResult:
+    """A candidate scored against a bar: its total, or the proof that it cannot clear the bar."""
+
+    total: Fraction | None  # exact sum of scores over all examples; None when stopped early
+    scored: int  # examples scored before the decision
+
+    @property
+    def stopped_early(self) -> bool:
+        return self.total is None
+
+
+def exact_total(outcomes: list[Outcome]) -> Fraction:
+    """The sum of the scores in exact arithmetic: no rounding, so no order or chunking changes a comparison."""
+    return sum((Fraction(o.score) for o in outcomes), Fraction(0))
+
+
+def cannot_clear(best_possible: Fraction, bar: Fraction, strict: bool) -> bool:
+    """True when a total of at most ``best_possible`` cannot pass ``bar`` (``> bar``, or ``>= bar``)."""
+    return best_possible <= bar if strict else best_possible < bar
 
 
 def state_key(instructions: dict[str, str]) -> str:
@@ -58,16 +81,55 @@ class Evaluator:
         self._first_runs_checked = False
 
     def evaluate(self, instructions: dict[str, str], examples: list[dspy.Example], phase: str) -> list[Outcome]:
-        jobs = [(eval_key(instructions, ex), lambda ex=ex: self.runner.run(ex, instructions)) for ex in examples]
-        outcomes = self._run(jobs, phase)
+        outcomes = self.evaluate_many([(instructions, examples)], phase)[0]
         if not self._first_runs_checked:
             self._first_runs_checked = True
             check_first_runs(outcomes)
         return outcomes
 
-    def mean_score(self, instructions: dict[str, str], examples: list[dspy.Example], phase: str) -> float:
-        outcomes = self.evaluate(instructions, examples, phase)
-        return sum(o.score for o in outcomes) / len(outcomes) if outcomes else 0.0
+    def evaluate_many(
+        self, requests: list[tuple[dict[str, str], list[dspy.Example]]], phase: str
+    ) -> list[list[Outcome]]:
+        """Several (instructions, examples) evaluations as one batch: one charge, one parallel map."""
+        jobs = [
+            (eval_key(instructions, ex), lambda ex=ex, ins=instructions: self.runner.run(ex, ins))
+            for instructions, examples in requests
+            for ex in examples
+        ]
+        flat = self._run(jobs, phase)
+        out, start = [], 0
+        for _instructions, examples in requests:
+            out.append(flat[start : start + len(examples)])
+            start += len(examples)
+        return out
+
+    def race(
+        self,
+        instructions: dict[str, str],
+        examples: list[dspy.Example],
+        phase: str,
+        bar: Fraction,
+        *,
+        strict: bool,
+        max_score: float,
+        chunk_size: int,
+    ) -> RaceResult:
+        """Score ``examples`` in order, in chunks of ``chunk_size``, until the total can no longer pass ``bar``.
+
+        Exact early rejection: after each chunk, if even ``max_score`` on every example left could not
+        give a total above ``bar`` (at least ``bar`` when not ``strict``), scoring stops. The chunks
+        are fixed and decided between, so the decision and the metric calls spent are the same at
+        any thread count.
+        """
+        total, done, top = Fraction(0), 0, Fraction(max_score)
+        for start in range(0, len(examples), chunk_size):
+            chunk = examples[start : start + chunk_size]
+            total += exact_total(self.evaluate(instructions, chunk, phase))
+            done += len(chunk)
+            left = len(examples) - done
+            if left and cannot_clear(total + left * top, bar, strict):
+                return RaceResult(None, done)
+        return RaceResult(total, done)
 
     def intervene(
         self, instructions: dict[str, str], items: list[Intervention], phase: str = "intervene"

@@ -24,6 +24,9 @@ class RewriteRequest:
     current_instruction: str
     generalized_gradient: str  # the cluster's correction in general terms
     gradients: list[str] = field(default_factory=list)  # the sample-level gradients in the cluster
+    examples: list[tuple[dict, dict, dict]] = field(default_factory=list)  # (inputs, original, corrected)
+    rejected: list[str] = field(default_factory=list)  # rewrites of this step already rejected
+    max_chars: int = 4000  # the longest instruction that will be accepted
 
 
 @runtime_checkable

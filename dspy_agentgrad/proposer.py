@@ -11,7 +11,7 @@ import logging
 import threading
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import dspy
@@ -35,18 +35,26 @@ from .usage import UsageLedger, empty_usage, track
 
 logger = logging.getLogger("dspy_agentgrad")
 
-MAX_FIELD_CHARS = 3000
+MAX_FIELD_CHARS = 12000
 
 
-def format_fields(values: dict[str, Any]) -> str:
-    """``name: value`` lines, each value cut to a bounded length to keep prompts small."""
+def format_fields(values: dict[str, Any], max_chars: int = MAX_FIELD_CHARS) -> str:
+    """``name: value`` lines, each value cut to ``max_chars`` to keep prompts bounded."""
     lines = []
     for name, value in values.items():
         text = value if isinstance(value, str) else str(to_jsonable(value))
-        if len(text) > MAX_FIELD_CHARS:
-            text = text[:MAX_FIELD_CHARS] + " [...]"
+        if len(text) > max_chars:
+            text = text[:max_chars] + " [...]"
         lines.append(f"{name}: {text}")
     return "\n".join(lines)
+
+
+@dataclass
+class StepRole:
+    """What the prompt LM is told about a step's place in the program."""
+
+    signature: str  # this step's fields
+    program_steps: str  # every step in execution order, with its fields
 
 
 def numbered(texts: list[str]) -> str:
@@ -62,6 +70,7 @@ class Proposer:
         ledger: UsageLedger,
         retry: RetryPolicy,
         price: Callable[[dict], float] | None = None,
+        max_field_chars: int = MAX_FIELD_CHARS,
         instruction_proposer: InstructionProposer | None = None,
         embedder: Callable[[list[str]], Any] | None = None,
     ):
@@ -73,6 +82,7 @@ class Proposer:
         self.budget = budget
         self.ledger = ledger
         self.retry = retry
+        self.max_field_chars = max_field_chars
         self.failures: Counter[str] = Counter()
         self._lock = threading.Lock()
 
@@ -139,15 +149,22 @@ class Proposer:
                 self.retry.wait(attempt, error)
         return {"outputs": None, "usage": usage, "errors": errors}
 
-    def gradient(self, instruction: str, step_inputs: dict, original: dict, corrected: dict) -> str | None:
+    def fields(self, values: dict[str, Any]) -> str:
+        return format_fields(values, self.max_field_chars)
+
+    def gradient(
+        self, role: StepRole, instruction: str, step_inputs: dict, original: dict, corrected: dict
+    ) -> str | None:
         out = self._call(
             "gradient",
             ExtractGradient,
             {
+                "program_steps": role.program_steps,
+                "step_signature": role.signature,
                 "current_instruction": instruction,
-                "step_inputs": format_fields(step_inputs),
-                "original_output": format_fields(original),
-                "corrected_output": format_fields(corrected),
+                "step_inputs": self.fields(step_inputs),
+                "original_output": self.fields(original),
+                "corrected_output": self.fields(corrected),
             },
         )
         return (out or {}).get("gradient") or None
@@ -160,17 +177,21 @@ class Proposer:
             ExtractSystemGradient,
             {
                 "current_instruction": instruction,
-                "program_inputs": format_fields(program_inputs),
-                "program_output": format_fields(program_output),
+                "program_inputs": self.fields(program_inputs),
+                "program_output": self.fields(program_output),
                 "expected": expected,
             },
         )
         return (out or {}).get("gradient") or None
 
-    def abstract(self, instruction: str, gradients: list[str]) -> list[GradientGroup] | None:
-        """Groups of gradients with their generalized gradient; None when the call failed."""
+    def abstract(self, instruction: str, gradients: list[str], minimum: int) -> list[GradientGroup] | None:
+        """Groups of gradients with their generalized gradient; None when the call failed. The aggregator
+        is told ``minimum``, the fewest members a cluster needs this round, and asked to merge related
+        corrections to reach it."""
         out = self._call(
-            "abstract", AbstractGradients, {"current_instruction": instruction, "gradients": numbered(gradients)}
+            "abstract",
+            AbstractGradients,
+            {"current_instruction": instruction, "gradients": numbered(gradients), "min_cluster_size": minimum},
         )
         if out is None:
             return None
@@ -188,19 +209,31 @@ class Proposer:
         )
         return (out or {}).get("generalized_gradient") or None
 
-    def rewrite(
-        self, step_signature: str, instruction: str, feedback: str, predictor: str = "", gradients: list[str] = ()
-    ) -> str | None:
+    def rewrite(self, request: RewriteRequest) -> str | None:
         """A new instruction from the rewrite role, or from the user's ``instruction_proposer``."""
-        if self.instruction_proposer is None:
-            inputs = {"step_signature": step_signature, "current_instruction": instruction, "feedback": feedback}
-            out = self._call("rewrite", RewriteInstruction, inputs)
-        else:
-            request = RewriteRequest(predictor, step_signature, instruction, feedback, list(gradients))
+        if self.instruction_proposer is not None:
             out = self._settle(
                 "rewrite",
                 f"role:instruction_proposer:{digest(asdict(request))}",
                 lambda: {"new_instruction": checked_instruction(self.instruction_proposer(request))},
+            )
+        else:
+            shown = [
+                f"Case {i + 1}\ninputs:\n{self.fields(inputs)}\noriginal output:\n{self.fields(original)}\n"
+                f"corrected output:\n{self.fields(corrected)}"
+                for i, (inputs, original, corrected) in enumerate(request.examples)
+            ]
+            out = self._call(
+                "rewrite",
+                RewriteInstruction,
+                {
+                    "step_signature": request.step_signature,
+                    "current_instruction": request.current_instruction,
+                    "feedback": request.generalized_gradient,
+                    "examples": "\n\n".join(shown) or "(none)",
+                    "rejected_rewrites": numbered(request.rejected) or "(none)",
+                    "max_instruction_chars": request.max_chars,
+                },
             )
         text = ((out or {}).get("new_instruction") or "").strip()
         return text or None

@@ -18,7 +18,7 @@ from dspy.teleprompt.teleprompt import Teleprompter
 
 from .budget import Budget
 from .callbacks import Dispatcher
-from .config import AUTO_ROUNDS, AgentGradConfig, auto_budget, worst_case_calls
+from .config import AgentGradConfig, auto_budget, worst_case_calls
 from .engine import HintFn, RoundEngine
 from .estimate import Estimate, SampleStats, StartEstimate, build_estimate
 from .evaluation import Evaluator
@@ -188,6 +188,10 @@ class AgentGrad(Teleprompter):
         retry_attempts: int = _DEFAULTS.retry_attempts,
         retry_backoff_s: float = _DEFAULTS.retry_backoff_s,
         resume_despite: tuple[str, ...] = _DEFAULTS.resume_despite,
+        val_acceptance: str = _DEFAULTS.val_acceptance,
+        eval_chunk_size: int = _DEFAULTS.eval_chunk_size,
+        max_field_chars: int = _DEFAULTS.max_field_chars,
+        max_instruction_chars: int = _DEFAULTS.max_instruction_chars,
         callbacks: list[Any] | None = None,
         progress: bool = True,
         optimize_predictors: list[str] | None = _DEFAULTS.optimize_predictors,
@@ -242,6 +246,10 @@ class AgentGrad(Teleprompter):
             resume_despite=resume_despite,
             optimize_predictors=None if optimize_predictors is None else tuple(optimize_predictors),
             use_mlflow=use_mlflow,
+            val_acceptance=val_acceptance,
+            eval_chunk_size=eval_chunk_size,
+            max_field_chars=max_field_chars,
+            max_instruction_chars=max_instruction_chars,
         )
         self.config.validate()
         if use_mlflow:
@@ -291,7 +299,17 @@ class AgentGrad(Teleprompter):
             self.config.num_threads,
         )
         price = price_function(prompt) if self.config.max_prompt_cost is not None else None
-        proposer = Proposer(prompt, memo, budget, ledger, retry, price, self.instruction_proposer, self.embedder)
+        proposer = Proposer(
+            prompt,
+            memo,
+            budget,
+            ledger,
+            retry,
+            price,
+            self.config.max_field_chars,
+            self.instruction_proposer,
+            self.embedder,
+        )
         predictors = dict(student.named_predictors())
         hint_fn = (
             _checked_hint_fn(self.hint_fn)
@@ -333,10 +351,7 @@ class AgentGrad(Teleprompter):
         valset = _check_examples(valset, "valset")
         max_calls, max_rounds = self.config.max_metric_calls, self.config.max_rounds
         if self.config.auto is not None:
-            max_calls = auto_budget(
-                self.config.auto, len(names), len(trainset), len(valset), self.config.train_batch_size
-            )
-            max_rounds = max_rounds or AUTO_ROUNDS[self.config.auto]
+            max_calls = auto_budget(self.config.auto, len(names), len(valset))
         return names, trainset, valset, max_calls, max_rounds
 
     def _estimator(self, names: list[str], n_train: int, n_val: int, max_calls: int | None, max_rounds: int | None):

@@ -7,6 +7,7 @@ import random
 import threading
 import time
 
+import dspy
 import pytest
 
 from dspy_agentgrad.budget import Budget, BudgetExhausted
@@ -81,11 +82,19 @@ def test_prompt_caps_admit_a_call_only_if_its_worst_case_fits():
     assert budget.prompt_tokens == 10
 
 
-def test_auto_budget_formula():
-    assert auto_budget("light", 3, 100, 50) == 50 + 4 * (16 * 6 + 100)
-    assert auto_budget("medium", 2, 10, 8) == 8 + 8 * (10 * 5 + 16)
+@pytest.mark.parametrize("auto", ["light", "medium", "heavy"])
+@pytest.mark.parametrize(("n_predictors", "n_val"), [(1, 10), (2, 300), (4, 50), (4, 300), (7, 3)])
+def test_auto_budget_equals_dspy_gepa_for_the_same_program_and_data(auto, n_predictors, n_val):
+    from dspy.teleprompt.gepa.gepa import AUTO_RUN_SETTINGS
+
+    gepa = dspy.GEPA(metric=lambda *a: 1.0, auto=auto, reflection_lm=dspy.LM("openai/unused"))
+    expected = gepa.auto_budget(n_predictors, AUTO_RUN_SETTINGS[auto]["n"], n_val)
+    assert auto_budget(auto, n_predictors, n_val) == expected
+
+
+def test_auto_budget_rejects_unknown_preset():
     with pytest.raises(ValueError, match="auto must be one of"):
-        auto_budget("huge", 3, 10, 10)
+        auto_budget("huge", 3, 10)
 
 
 # ---- journal and paid work -----------------------------------------------------------------------

@@ -1,0 +1,209 @@
+"""The simulated LM of the synthetic benchmark: task steps with latent defects, and one prompt-LM rule.
+
+Task side. Step ``k`` produces the field ``note<k>`` (the last step produces ``answer``). Each
+defect belongs to one step and is named after its field (``note1-b``). An example carries its
+defects in an opaque ticket in the question (the prompt-LM rule never decodes it). A step whose
+instruction lacks a defect's fix phrase (``RULE-<defect>``) breaks on the examples with that
+defect: its output shows the symptom ``SYM-<defect>`` and loses the record key, so every later
+step fails too. A hinted step behaves as if its own defects were fixed on 80% of the
+(example, step) pairs, never for upstream defects. Unfixable examples fail at the last step with
+no symptom, whatever the instructions and hints.
+
+Prompt side: ONE rule for every optimizer's prompt calls (AgentGrad's gradient / abstraction /
+rewrite, GEPA's reflection in both of its prompt formats, MIPROv2's proposer). The rule finds the
+predictor it is asked about (the ``produce the fields `X``` phrase of the instruction being
+improved) and reads the rest of its input for symptoms of that predictor's defects. For every
+symptom seen it proposes the matching fix: advice roles answer with advice naming symptom and fix,
+instruction roles with the current instruction plus the missing fix phrases. With no symptom in
+sight it proposes nothing new. Fix phrases alone (e.g. in a list of rejected rewrites) are not
+evidence.
+
+Latency: every call sleeps (task calls ``task_s``, prompt calls ``prompt_s``), so threads overlap
+the way they do with a remote LM.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+import zlib
+from collections import Counter
+
+from dspy_agentgrad.testing import FakeCall
+
+SCRAMBLE = 0x5A3C96F1
+HINT_FIX_RATE = 0.8
+_TICKET = re.compile(r"ticket T([0-9a-f]+)")
+LAST_FIELD = "answer"
+_TASK_FIELD = re.compile(r"note\d+|answer")
+_CANDIDATE = re.compile(r"\b(k[0-9a-f]{5})\b")
+_KEY = re.compile(r"key=(k[0-9a-f]{5})")
+_TARGET = re.compile(r"produce the fields? `(\w+)`")
+_SYMPTOM = re.compile(r"SYM-(\w+?-[a-z])\b")
+_INSTRUCTION_INPUTS = ("current_instruction", "basic_instruction")
+
+
+def step_index(field: str) -> int:
+    return int(field[len("note") :]) if field.startswith("note") else -1
+
+
+def defect_name(field: str, letter: int) -> str:
+    """The defect of the step producing ``field``: ``note1-a``, ``answer-b``."""
+    return f"{field}-{'ab'[letter]}"
+
+
+def stable_hash(text: str) -> int:
+    return zlib.crc32(text.encode("utf-8"))
+
+
+def fix_phrase(defect: str) -> str:
+    return f"RULE-{defect}: check the record for this case before writing the output."
+
+
+def symptom(defect: str) -> str:
+    return f"SYM-{defect}"
+
+
+def encode_ticket(case: int, defects: list[int], unfixable: bool) -> str:
+    """Case number, defect bits (step k's defects are bits 2k and 2k+1) and the unfixable flag,
+    scrambled so that no rule reads them by accident."""
+    mask = sum(1 << i for i in defects) | (int(unfixable) << 30)
+    return f"T{((mask << 12 | case) ^ SCRAMBLE):x}"
+
+
+def decode_ticket(question: str) -> tuple[int, list[int], bool]:
+    match = _TICKET.search(question)
+    if not match:
+        return -1, [], False
+    value = int(match.group(1), 16) ^ SCRAMBLE
+    mask, case = value >> 12, value & 0xFFF
+    return case, [i for i in range(30) if mask >> i & 1], bool(mask >> 30 & 1)
+
+
+class SyntheticWorld:
+    """The rule behind the synthetic fake LM (``fake_lm(SyntheticWorld())``); thread-safe and stateless
+    apart from call counts: everything about an example is in its question. task_s / prompt_s:
+    seconds each task / prompt call sleeps."""
+
+    def __init__(self, task_s: float = 0.03, prompt_s: float = 0.08):
+        self.task_s, self.prompt_s = task_s, prompt_s
+        self.calls: Counter[str] = Counter()
+        self._lock = threading.Lock()
+
+    def __call__(self, call: FakeCall):
+        task = any(_TASK_FIELD.fullmatch(f) for f in call.output_fields)
+        with self._lock:
+            self.calls["task" if task else "prompt"] += 1
+        delay = self.task_s if task else self.prompt_s
+        if delay > 0:  # an instant LM must not even yield the CPU (sleep(0) does)
+            time.sleep(delay)
+        return self.task(call) if task else self.prompt(call)
+
+    # -- task steps ------------------------------------------------------------------------------
+    def task(self, call: FakeCall) -> dict:
+        field = next(f for f in call.output_fields if _TASK_FIELD.fullmatch(f))
+        upstream = sorted((k for k in call.inputs if _TASK_FIELD.fullmatch(k)), key=step_index)
+        index = step_index(upstream[-1]) + 1 if upstream else 0
+        question = call.inputs.get("question", "")
+        case, bits, unfixable = decode_ticket(question)
+        last = field == LAST_FIELD
+        if index == 0:
+            key = self._resolve(question, case)
+        else:
+            found = _KEY.search(call.inputs.get(upstream[-1], ""))
+            key = found.group(1) if found else None
+        if key is None:
+            return {field: "unknown" if last else "key=? (no record key in the input)"}
+        own = [defect_name(field, bit % 2) for bit in bits if bit // 2 == index]
+        broken = [d for d in own if f"RULE-{d}" not in call.instructions]
+        if broken and call.hint is not None and stable_hash(f"{case}:{field}") % 100 < HINT_FIX_RATE * 100:
+            broken = []
+        if broken:
+            shown = " ".join(symptom(d) for d in broken)
+            return {field: f"unknown ({shown})" if last else f"key=? ({shown})"}
+        if last:
+            return {field: "unknown" if unfixable else key}
+        return {field: f"key={key} (checked at step {index})"}
+
+    @staticmethod
+    def _resolve(question: str, case: int) -> str | None:
+        """The first step's lookup: which of the question's candidate keys belongs to this case."""
+        keys = _CANDIDATE.findall(question)
+        return keys[case * 7 % len(keys)] if keys and case >= 0 else None
+
+    # -- prompt roles ----------------------------------------------------------------------------
+    def prompt(self, call: FakeCall):
+        current, evidence_text = self._split(call)
+        target = _TARGET.search(current)
+        seen = []
+        if target:
+            for defect in _SYMPTOM.findall(evidence_text):
+                if defect.rsplit("-", 1)[0] == target.group(1) and defect not in seen:
+                    seen.append(defect)
+        if "I provided an assistant with the following instructions" in call.user:
+            return f"```\n{self._improved(current, seen)}\n```"
+        outputs = call.output_fields
+        if "clusters" in outputs:
+            return {"clusters": self._clusters(call, target.group(1) if target else None)}
+        advice = " ".join(f"The step showed {symptom(d)}; add the rule {fix_phrase(d)}" for d in seen)
+        if "gradient" in outputs:
+            return {"gradient": advice or "No change needed."}
+        if "generalized_gradient" in outputs:
+            return {"generalized_gradient": advice or "No change needed."}
+        if "new_instruction" in outputs and "examples_with_feedback" in call.inputs:  # dspy.GEPA: JSON adapter
+            return json.dumps({"new_instruction": self._improved(current, seen)})
+        if "new_instruction" in outputs:
+            return {"new_instruction": self._improved(current, seen)}
+        if "proposed_instruction" in outputs:
+            return {name: "A program step." for name in outputs} | {
+                "proposed_instruction": self._improved(current, seen)
+            }
+        return {name: "A short description of a multi-step lookup program." for name in outputs}
+
+    @staticmethod
+    def _split(call: FakeCall) -> tuple[str, str]:
+        """The instruction being improved, and the rest of the input (where evidence may be)."""
+        for name in _INSTRUCTION_INPUTS:
+            if name in call.inputs:
+                rest = "\n".join(v for k, v in call.inputs.items() if k != name)
+                return call.inputs[name], rest
+        blocks = call.user.split("```")
+        if len(blocks) > 2:
+            return blocks[1].strip(), "```".join(blocks[2:])
+        return "", call.user
+
+    @staticmethod
+    def _improved(current: str, defects: list[str]) -> str:
+        missing = [fix_phrase(d) for d in defects if f"RULE-{d}" not in current]
+        return " ".join([current.rstrip(), *missing]) if missing else current
+
+    def _clusters(self, call: FakeCall, target: str | None) -> list[dict]:
+        """One cluster per distinct set of symptoms; when told a minimum size, small clusters are merged."""
+        lines = re.findall(r"^\[(\d+)\] (.*)$", call.inputs.get("gradients", ""), flags=re.M)
+        groups: dict[tuple[str, ...], list[int]] = {}
+        for index, text in lines:
+            own = tuple(sorted({d for d in _SYMPTOM.findall(text) if target and d.rsplit("-", 1)[0] == target}))
+            groups.setdefault(own, []).append(int(index))
+        minimum = int(call.inputs.get("min_cluster_size", "1") or 1)
+        merged: list[tuple[list[str], list[int]]] = []
+        small: tuple[list[str], list[int]] = ([], [])
+        for defects, members in groups.items():
+            if len(members) >= minimum:
+                merged.append((list(defects), members))
+            else:
+                small[0].extend(d for d in defects if d not in small[0])
+                small[1].extend(members)
+        if small[1]:
+            merged.append(small)
+        return [
+            {
+                "members": members,
+                "generalized_gradient": " ".join(
+                    f"The step showed {symptom(d)}; add the rule {fix_phrase(d)}" for d in defects
+                )
+                or "No change needed.",
+            }
+            for defects, members in merged
+        ]
