@@ -338,6 +338,28 @@ def test_calls_are_serialized_across_threads(monkeypatch):
     assert len(results) == 8 and stub.max_active == 1
 
 
+def test_each_system_message_keeps_its_own_context_for_prefix_reuse():
+    """Alternating predictors each get a llama.cpp context of their own (so the KV cache holds their
+    prompt prefix); past the limit the least recently used context is reassigned."""
+    from dspy_agentgrad.embedded_lm.engine import _Loaded
+
+    made = []
+
+    def make():
+        made.append(object())
+        return made[-1]
+
+    first = object()
+    loaded = _Loaded(first, 0.0, make, contexts=2)
+    locate, answer = loaded.context_for("locate"), loaded.context_for("answer")
+    assert locate is first and answer is made[0]
+    assert [loaded.context_for(k) for k in ("locate", "answer", "locate")] == [locate, answer, locate]
+    assert loaded.context_for("rewrite") is answer  # least recently used
+    assert loaded.context_for("locate") is locate and len(made) == 1
+    single = _Loaded(first, 0.0)
+    assert single.context_for("a") is first and single.context_for("b") is first
+
+
 def test_lm_names_separate_cache_entries():
     from dspy_agentgrad.embedded_lm import DEFAULT_MODEL, local_lm
 
@@ -449,7 +471,9 @@ def test_demo_metric_and_hint():
     assert wrong.score == 0.0 and "does not contain the answer" in wrong.feedback
     assert demo_task.hint(ex, "answer", dspy.Prediction(answer=ex.answer), None) is None
     assert ex.evidence in demo_task.hint(ex, "locate", dspy.Prediction(answer="x"), wrong.feedback)
-    assert ex.answer in demo_task.hint(ex, "answer", dspy.Prediction(answer="x"), wrong.feedback)
+    assert ex.answer in demo_task.hint(ex, "answer", dspy.Prediction(evidence=ex.evidence, answer="x"), None)
+    # with evidence that lacks the answer, the answer step is not hinted (not at fault)
+    assert demo_task.hint(ex, "answer", dspy.Prediction(evidence="Nothing here.", answer="x"), None) is None
     assert demo_task.f1("the Hamburg", "Hamburg") == 1.0
 
 
