@@ -58,6 +58,7 @@ def default_answer_hint(example: dspy.Example, pred_name: str, prediction, feedb
 
 # "task" is the demo's hint as the job uses it (dspy_agentgrad.demo.task.hint).
 HINTS = {"task": hint, "shape": shape_hint, "default": default_answer_hint}
+# Hinting ``answer`` alone (one LM call per rerun) is the cheap, direct test of whether the model uses a hint.
 
 
 def main() -> None:
@@ -67,6 +68,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--str-chars", type=int, default=None, help="grammar bound for str fields (demo default)")
     parser.add_argument("--threads", type=int, default=2, help="llama.cpp threads")
+    parser.add_argument("--hints", default=",".join(HINTS), help="comma-separated hint kinds to try")
+    parser.add_argument("--targets", default="answer,locate", help="comma-separated predictors to hint")
     args = parser.parse_args()
     train, _, _ = load_demo_data(seed=args.seed)
     settings = {"model": args.model, "cache": False, "n_threads": args.threads}
@@ -88,9 +91,11 @@ def main() -> None:
             continue
         prediction = dspy.Prediction(**base.outputs)
         for delivery, runner in runners.items():
-            for kind, hint_fn in HINTS.items():
+            for kind in args.hints.split(","):
                 for position, step in enumerate(base.steps):
-                    text = hint_fn(ex, step.name, prediction, base.feedback)
+                    if step.name not in args.targets.split(","):
+                        continue
+                    text = HINTS[kind](ex, step.name, prediction, base.feedback)
                     if not text:
                         continue
                     hinted = runner.run(
@@ -103,7 +108,8 @@ def main() -> None:
         "model": lm.model,
         "command": f"python -m benchmarks.local_lm.hint_probe --model {args.model} --n {args.n} --seed {args.seed}"
         + (f" --str-chars {args.str_chars}" if args.str_chars else "")
-        + f" --threads {args.threads}",
+        + f" --threads {args.threads} --hints {args.hints} --targets {args.targets}",
+        "task_str_chars": lm.engine.limits.str_chars,
         "n": len(baseline),
         "baseline_mean": round(sum(baseline) / len(baseline), 3),
         "baseline_failures": failures,

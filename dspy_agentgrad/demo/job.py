@@ -33,15 +33,15 @@ from .story import report
 class DemoSettings:
     """The job's choices; the defaults were picked by measurement (benchmarks/local_lm/demo_job.md)."""
 
-    n_train: int = 8
-    n_val: int = 8
-    n_test: int = 10
-    max_metric_calls: int = 60
-    max_rounds: int = 2
+    n_train: int = 6
+    n_val: int = 6
+    n_test: int = 8
+    max_metric_calls: int = 40
+    max_rounds: int = 1
     seed: int = 0
     hint_delivery: str = "input_field"
     fix_threshold: float | None = 0.5
-    cluster_schedule: tuple[int, ...] = (2, 1)
+    cluster_schedule: tuple[int, ...] = (1,)
     clustering: str = "tfidf"
     num_threads: int = 1
 
@@ -96,9 +96,11 @@ def evaluate(program: dspy.Module, examples: list[dspy.Example], num_threads: in
     return result.score / 100.0, usage
 
 
-def _generations(lm: Any) -> int | None:
-    """LM generations actually run by an embedded LM (DSPy cache hits excluded); None for other LMs."""
-    return getattr(getattr(lm, "engine", None), "calls", None)
+def _generations(*lms: Any) -> int | None:
+    """LM generations actually run by the embedded LMs among ``lms`` (DSPy cache hits excluded);
+    None when none is embedded."""
+    engines = {id(e): e for e in (getattr(lm, "engine", None) for lm in lms) if hasattr(e, "calls")}
+    return sum(e.calls for e in engines.values()) if engines else None
 
 
 def _cpu_seconds() -> float:
@@ -114,7 +116,7 @@ def run_demo(
     out.mkdir(parents=True, exist_ok=True)
     train, val, test = demo_task.load_demo_data(settings.n_train, settings.n_val, settings.n_test, settings.seed)
     started, cpu_started = time.time(), _cpu_seconds()
-    generations_before = _generations(task_lm)
+    generations_before = _generations(task_lm, prompt_lm)
     log = RunLog()
     with dspy.context(lm=task_lm):
         program = demo_task.make_program()
@@ -146,7 +148,7 @@ def run_demo(
         result = compiled.detailed_results
         print(f"\n[3/3] Optimized program on the same {len(test)} held-out examples")
         optimized, optimized_usage = evaluate(compiled, test, settings.num_threads)
-    generations_after = _generations(task_lm)
+    generations_after = _generations(task_lm, prompt_lm)
     summary = {
         "task": "two-step fact extraction (demo_task): locate -> answer, token F1",
         "task_lm": getattr(task_lm, "model", str(task_lm)),
@@ -198,9 +200,7 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     task_lm = demo_task.demo_lm() if args.lm == "local" else dspy.LM(args.lm)
     prompt_name = args.prompt_lm or args.lm
-    prompt_lm = (
-        task_lm if prompt_name == args.lm else (demo_task.demo_lm() if prompt_name == "local" else dspy.LM(prompt_name))
-    )
+    prompt_lm = demo_task.demo_prompt_lm() if prompt_name == "local" else dspy.LM(prompt_name)
     settings = DemoSettings(
         n_train=args.train,
         n_val=args.val,
