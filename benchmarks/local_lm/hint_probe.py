@@ -12,9 +12,11 @@ it) for each
 
 * hint delivery: ``input_field`` (an extra input ``hint_``, the default) or
   ``instruction`` (appended to the instruction);
-* hint text: ``task`` (the demo's ``hint``: the gold answer for ``answer``,
-  the gold evidence sentence for ``locate``), ``shape`` (the length and kind of
-  a right answer, no gold words; ``answer`` only) and ``default`` (the
+* hint text: ``task`` (the demo's ``hint``: the gold answer for ``answer`` when
+  its evidence holds it, the gold evidence sentence for ``locate``), ``gold``
+  (the gold answer for ``answer`` whatever its evidence holds: some of these
+  fixes are label leaks that AgentGrad would reject), ``shape`` (the length and
+  kind of a right answer, no gold words; ``answer`` only) and ``default`` (the
   library's ``default_hint``: every label plus the feedback; ``answer`` only);
 * hinted predictor: ``answer`` or ``locate``.
 
@@ -51,13 +53,20 @@ def shape_hint(example: dspy.Example, pred_name: str, prediction, feedback) -> s
     )
 
 
+def gold_answer_hint(example: dspy.Example, pred_name: str, prediction, feedback) -> str | None:
+    """The gold answer for ``answer`` whatever its evidence holds (a fix may then be a label leak)."""
+    if pred_name != "answer":
+        return None
+    return f"The correct answer is {example.answer!r}. Reply with exactly {example.answer!r} and nothing else."
+
+
 def default_answer_hint(example: dspy.Example, pred_name: str, prediction, feedback) -> str | None:
     """The library's default hint (every label and the feedback), for ``answer`` only (to bound the cost)."""
     return default_hint(example, pred_name, prediction, feedback) if pred_name == "answer" else None
 
 
 # "task" is the demo's hint as the job uses it (dspy_agentgrad.demo.task.hint).
-HINTS = {"task": hint, "shape": shape_hint, "default": default_answer_hint}
+HINTS = {"task": hint, "gold": gold_answer_hint, "shape": shape_hint, "default": default_answer_hint}
 # Hinting ``answer`` alone (one LM call per rerun) is the cheap, direct test of whether the model uses a hint.
 
 
@@ -70,6 +79,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2, help="llama.cpp threads")
     parser.add_argument("--hints", default=",".join(HINTS), help="comma-separated hint kinds to try")
     parser.add_argument("--targets", default="answer,locate", help="comma-separated predictors to hint")
+    parser.add_argument("--tag", default="", help="suffix of the output file name")
     args = parser.parse_args()
     train, _, _ = load_demo_data(seed=args.seed)
     settings = {"model": args.model, "cache": False, "n_threads": args.threads}
@@ -127,7 +137,7 @@ def main() -> None:
         "seconds": round(time.perf_counter() - start, 1),
         "lm_calls": lm.engine.calls,
     }
-    (HERE / f"hint_probe_{args.model}.json").write_text(json.dumps(out, indent=2))
+    (HERE / f"hint_probe_{args.model}{'_' + args.tag if args.tag else ''}.json").write_text(json.dumps(out, indent=2))
     print(json.dumps(out, indent=2))
 
 
