@@ -97,11 +97,12 @@ def evaluate(program: dspy.Module, examples: list[dspy.Example], num_threads: in
     return result.score / 100.0, usage
 
 
-def _generations(*lms: Any) -> int | None:
-    """LM generations actually run by the embedded LMs among ``lms`` (DSPy cache hits excluded);
+def _engine_count(counter: str, *lms: Any) -> int | None:
+    """An embedded-LM counter (``calls``: generations run, DSPy cache hits excluded; ``repaired``:
+    replies cut at the token limit and closed by the grammar's repair) summed over ``lms``;
     None when none is embedded."""
-    engines = {id(e): e for e in (getattr(lm, "engine", None) for lm in lms) if hasattr(e, "calls")}
-    return sum(e.calls for e in engines.values()) if engines else None
+    engines = {id(e): e for e in (getattr(lm, "engine", None) for lm in lms) if hasattr(e, counter)}
+    return sum(getattr(e, counter) for e in engines.values()) if engines else None
 
 
 def _cpu_seconds() -> float:
@@ -117,7 +118,8 @@ def run_demo(
     out.mkdir(parents=True, exist_ok=True)
     train, val, test = demo_task.load_demo_data(settings.n_train, settings.n_val, settings.n_test, settings.seed)
     started, cpu_started = time.time(), _cpu_seconds()
-    generations_before = _generations(task_lm, prompt_lm)
+    generations_before = _engine_count("calls", task_lm, prompt_lm)
+    repaired_before = _engine_count("repaired", task_lm, prompt_lm)
     log = RunLog()
     with dspy.context(lm=task_lm):
         program = demo_task.make_program()
@@ -149,7 +151,8 @@ def run_demo(
         result = compiled.detailed_results
         print(f"\n[3/3] Optimized program on the same {len(test)} held-out examples")
         optimized, optimized_usage = evaluate(compiled, test, settings.num_threads)
-    generations_after = _generations(task_lm, prompt_lm)
+    generations_after = _engine_count("calls", task_lm, prompt_lm)
+    repaired_after = _engine_count("repaired", task_lm, prompt_lm)
     summary = {
         "task": "two-step fact extraction (demo_task): locate -> answer, token F1",
         "task_lm": getattr(task_lm, "model", str(task_lm)),
@@ -165,6 +168,7 @@ def run_demo(
         "metric_calls": result.metric_calls,
         "usage": {"optimizer": result.usage, "baseline_eval": baseline_usage, "optimized_eval": optimized_usage},
         "lm_generations": None if generations_before is None else generations_after - generations_before,
+        "lm_replies_repaired": None if repaired_before is None else repaired_after - repaired_before,
         "program_errors": result.program_errors,
         "prompt_role_failures": result.prompt_role_failures,
         "stop_reason": result.stop_reason,
@@ -205,6 +209,8 @@ def main(argv: list[str] | None = None) -> None:
     demo.add_argument("--out", type=Path, default=Path("runs/demo"))
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    # the embedded LM's grammar repairs replies cut at the token limit; the summary counts them
+    logging.getLogger("dspy.clients.lm").setLevel(logging.ERROR)
     task_lm = (
         demo_task.demo_lm(limits=OutputLimits(str_chars=args.str_chars)) if args.lm == "local" else dspy.LM(args.lm)
     )

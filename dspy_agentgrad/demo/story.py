@@ -49,7 +49,12 @@ def report(summary: dict) -> str:
         f"stop: {summary['stop_reason']}",
         f"LM calls: optimizer task {optimizer['task']['calls']}, prompt roles {optimizer['prompt']['calls']}; "
         f"held-out evals {usage['baseline_eval']['calls']} + {usage['optimized_eval']['calls']}"
-        + ("" if summary["lm_generations"] is None else f"; generations run {summary['lm_generations']}"),
+        + ("" if summary["lm_generations"] is None else f"; generations run {summary['lm_generations']}")
+        + (
+            ""
+            if not summary.get("lm_replies_repaired")
+            else f" ({summary['lm_replies_repaired']} cut at the token limit, closed by the grammar)"
+        ),
         "",
         "Blamed (sequential intervention, last predictor first; hint delivered as "
         f"{summary['settings']['hint_delivery']!r}, fix threshold {summary['settings']['fix_threshold']}):",
