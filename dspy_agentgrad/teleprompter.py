@@ -216,8 +216,9 @@ class AgentGrad(Teleprompter):
         self.prompt_model = prompt_model
         self.task_model = task_model
         self.log_dir = Path(log_dir) if log_dir is not None else None
-        self.callbacks = list(callbacks or [])
-        Dispatcher(self.callbacks)  # checks them now, not mid-run
+        # not ``self.callbacks``: DSPy would call those as its own callbacks around compile()
+        self.event_callbacks = list(callbacks or [])
+        Dispatcher(self.event_callbacks)  # checks them now, not mid-run
         self.progress = progress
         self.config = AgentGradConfig(
             auto=auto,
@@ -504,7 +505,7 @@ class AgentGrad(Teleprompter):
             )
         if self.log_dir is not None:
             observers.append(StateSnapshot(self.log_dir / "state.json", snapshot))
-        engine = self._engine(student, trainset, valset, budget, self.log_dir, observers + self.callbacks)
+        engine = self._engine(student, trainset, valset, budget, self.log_dir, observers + self.event_callbacks)
         memo = engine.evaluator.work.memo
         if resumed:
             logger.info(

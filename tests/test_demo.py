@@ -5,8 +5,11 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
+
+from dspy_agentgrad import AgentGrad
 from dspy_agentgrad.demo import task as demo_task
-from dspy_agentgrad.demo.job import run_demo
+from dspy_agentgrad.demo.job import DemoSettings, run_demo
 from dspy_agentgrad.testing import FakeCall, fake_lm
 
 TOKEN = "Reply with only the words that answer the question."
@@ -38,18 +41,74 @@ def make_reader(examples):
 
 def test_demo_runs_end_to_end_and_reports(tmp_path, capsys):
     lm = fake_lm(make_reader([e for split in demo_task.load_demo_data(6, 6, 8) for e in split]))
-    summary = run_demo(lm, lm, n_train=6, n_val=6, n_test=8, max_metric_calls=80, out=tmp_path)
+    settings = DemoSettings(n_train=6, n_val=6, n_test=8, max_metric_calls=80)
+    summary = run_demo(lm, lm, settings, out=tmp_path)
     printed = capsys.readouterr().out
-    assert "Held-out score" in printed and "Who was at fault" in printed
+    assert "Held-out score (token F1, 8 examples)" in printed and "Blamed" in printed and "Tried" in printed
     saved = json.loads((tmp_path / "summary.json").read_text())
     assert saved["test_score"] == summary["test_score"]
     assert saved["metric_calls"] <= 80
     assert summary["rounds"] and summary["usage"]["optimizer"]["task"]["calls"] > 0
     assert summary["test_score"]["baseline"] < summary["test_score"]["optimized"]
-    accepted = summary["accepted"][0]
-    assert accepted["predictor"] == "answer" and TOKEN in summary["final_instructions"]["answer"]
-    assert "Accepted for 'answer'" in printed
+    assert summary["blamed"] and {b["predictor"] for b in summary["blamed"]} == {"answer"}
+    kept = [c for c in summary["candidates"] if c["accepted"]]
+    assert kept[0]["predictor"] == "answer" and TOKEN in summary["final_instructions"]["answer"]
+    assert [p["kind"] for p in summary["validations"]][:2] == ["start", "kept"]
+    assert "KEPT" in printed and "answer: " in printed
     assert (tmp_path / "agentgrad" / "result.json").exists()
+
+
+def test_demo_picture_is_written(tmp_path):
+    pytest.importorskip("matplotlib")
+    lm = fake_lm(make_reader([e for split in demo_task.load_demo_data(4, 4, 4) for e in split]))
+    run_demo(lm, lm, DemoSettings(n_train=4, n_val=4, n_test=4, max_metric_calls=60), out=tmp_path)
+    assert (tmp_path / "demo.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_unchanged_program_is_reported_with_the_reason(tmp_path, capsys):
+    """A reader that ignores hints: every failure is a hard case, and the summary says so."""
+
+    def stubborn(call: FakeCall):
+        if "current_instruction" in call.inputs:
+            return {name: "" for name in call.output_fields}
+        if "evidence" in call.output_fields:
+            return {"evidence": call.inputs["passage"]}
+        return {"answer": call.inputs["evidence"]}
+
+    lm = fake_lm(stubborn)
+    summary = run_demo(lm, lm, DemoSettings(n_train=4, n_val=4, n_test=4, max_metric_calls=40), out=tmp_path)
+    printed = capsys.readouterr().out
+    assert not summary["candidates"] and summary["test_score"]["gain"] == 0
+    assert "the program is unchanged" in printed and "every failure was a hard case" in printed
+
+
+def test_failures_are_blamed_on_the_step_that_caused_them():
+    """``answer`` gets the gold answer as its hint only when its evidence holds it; a failure caused by
+    wrong evidence goes to ``locate`` (the fix there is partial: the verbose reader still answers with
+    the whole sentence, so it counts under ``fix_threshold``)."""
+    train = demo_task.load_demo_data(6, 0, 0, seed=2)[0]
+    wrong_evidence = {e.question + e.passage: i % 2 == 1 for i, e in enumerate(train)}
+    by_key = {e.question + e.passage: e for e in train}
+
+    def reader(call: FakeCall):
+        if "evidence" in call.output_fields:
+            ex = by_key[call.inputs["question"] + call.inputs["passage"]]
+            if call.hint is None and wrong_evidence[ex.question + ex.passage]:
+                return {"evidence": next(s for s in ex.passage.split(". ") if ex.answer not in s)}
+            return {"evidence": ex.evidence}
+        if call.hint is not None:  # copies the answer the hint gives
+            return {"answer": call.hint.split("'")[1]}
+        return {"answer": call.inputs["evidence"]}
+
+    lm = fake_lm(reader)
+    optimizer = AgentGrad(
+        demo_task.metric, task_model=lm, prompt_model=lm, max_rounds=1, hint_fn=demo_task.hint, fix_threshold=0.1
+    )
+    report = optimizer.attribute(demo_task.make_program(), train)
+    blamed = {name: {r.example.question + r.example.passage for r in recs} for name, recs in report.attributed.items()}
+    assert blamed["locate"] == {k for k, wrong in wrong_evidence.items() if wrong}
+    assert blamed["answer"] == {k for k, wrong in wrong_evidence.items() if not wrong}
+    assert not report.hard_cases and report.leaked == 0
 
 
 def test_demo_data_is_disjoint_and_seeded():

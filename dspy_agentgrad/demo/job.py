@@ -2,9 +2,9 @@
 
 ``python -m dspy_agentgrad demo`` builds a seeded fact-extraction task
 (``demo_task``: locate the evidence sentence, then answer), scores the
-unoptimized program on held-out examples,
-runs AgentGrad, scores the optimized program on the same examples, and prints
-and writes what changed in which predictor and why.
+unoptimized program on held-out examples, runs AgentGrad, scores the optimized
+program on the same examples, and prints and writes what was blamed, what was
+tried, what was kept and why (``summary.json`` and ``demo.png``).
 """
 
 from __future__ import annotations
@@ -12,16 +12,76 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import resource
 import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import dspy
 
+from ..callbacks import AgentGradCallback, AttributionDone, ValidationScored
+from ..embedded_lm.grammar import OutputLimits
 from ..jsonable import to_jsonable
 from ..teleprompter import AgentGrad
 from ..usage import track
 from . import task as demo_task
+from .figure import plot_summary
+from .story import report
+
+
+@dataclass(frozen=True)
+class DemoSettings:
+    """The job's choices; the defaults were picked by measurement (benchmarks/local_lm/demo_job.md)."""
+
+    n_train: int = 6
+    n_val: int = 6
+    n_test: int = 8
+    max_metric_calls: int = 40
+    max_rounds: int = 1
+    seed: int = 0
+    hint_delivery: str = "input_field"
+    fix_threshold: float | None = 0.15
+    cluster_schedule: tuple[int, ...] = (1,)
+    clustering: str = "tfidf"
+    num_threads: int = 1
+
+
+class RunLog(AgentGradCallback):
+    """Collects what the summary and the picture show: every validation pass and every attributed failure."""
+
+    def __init__(self) -> None:
+        self.validations: list[tuple[ValidationScored, Any]] = []
+        self.blamed: list[dict] = []
+
+    def on_validation_scored(self, event: ValidationScored) -> None:
+        self.validations.append((event, event.candidate))
+
+    def on_attribution(self, event: AttributionDone) -> None:
+        for name, records in event.report.attributed.items():
+            for rec in records:
+                self.blamed.append(
+                    {
+                        "round": event.round,
+                        "predictor": name,
+                        "question": rec.example.question,
+                        "gold": rec.example.answer,
+                        "original": rec.original,
+                        "with_hint": rec.corrected,
+                    }
+                )
+
+    def validation_points(self) -> list[dict]:
+        """Each validation pass: metric calls so far, score, and whether its candidate was kept."""
+        return [
+            {
+                "metric_calls": event.metric_calls,
+                "score": event.score,
+                "round": event.round,
+                "kind": "start" if record is None else ("kept" if record.accepted else "rejected"),
+            }
+            for event, record in self.validations
+        ]
 
 
 def evaluate(program: dspy.Module, examples: list[dspy.Example], num_threads: int) -> tuple[float, dict]:
@@ -37,135 +97,137 @@ def evaluate(program: dspy.Module, examples: list[dspy.Example], num_threads: in
     return result.score / 100.0, usage
 
 
+def _engine_count(counter: str, *lms: Any) -> int | None:
+    """An embedded-LM counter (``calls``: generations run, DSPy cache hits excluded; ``repaired``:
+    replies cut at the token limit and closed by the grammar's repair) summed over ``lms``;
+    None when none is embedded."""
+    engines = {id(e): e for e in (getattr(lm, "engine", None) for lm in lms) if hasattr(e, counter)}
+    return sum(getattr(e, counter) for e in engines.values()) if engines else None
+
+
+def _cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def run_demo(
-    task_lm: Any,
-    prompt_lm: Any,
-    *,
-    n_train: int,
-    n_val: int,
-    n_test: int,
-    max_metric_calls: int,
-    seed: int = 0,
-    num_threads: int = 1,
-    out: Path = Path("runs/demo"),
+    task_lm: Any, prompt_lm: Any, settings: DemoSettings = DemoSettings(), out: Path = Path("runs/demo")
 ) -> dict:
     """Baseline -> AgentGrad -> optimized, on the demo task; returns (and writes) a summary."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    train, val, test = demo_task.load_demo_data(n_train, n_val, n_test, seed)
-    started = time.time()
+    train, val, test = demo_task.load_demo_data(settings.n_train, settings.n_val, settings.n_test, settings.seed)
+    started, cpu_started = time.time(), _cpu_seconds()
+    generations_before = _engine_count("calls", task_lm, prompt_lm)
+    repaired_before = _engine_count("repaired", task_lm, prompt_lm)
+    log = RunLog()
     with dspy.context(lm=task_lm):
         program = demo_task.make_program()
         print(f"\n[1/3] Baseline: the unoptimized program on {len(test)} held-out examples")
-        baseline, baseline_usage = evaluate(program, test, num_threads)
+        baseline, baseline_usage = evaluate(program, test, settings.num_threads)
         print(
             f"\n[2/3] AgentGrad: {len(train)} train / {len(val)} validation examples, "
-            f"budget {max_metric_calls} metric calls"
+            f"at most {settings.max_rounds} rounds and {settings.max_metric_calls} metric calls"
         )
         optimizer = AgentGrad(
             demo_task.metric,
             prompt_model=prompt_lm,
             task_model=task_lm,
             auto=None,
-            max_metric_calls=max_metric_calls,
+            max_metric_calls=settings.max_metric_calls,
+            max_rounds=settings.max_rounds,
             hint_fn=demo_task.hint,
-            num_threads=num_threads,
-            seed=seed,
+            hint_delivery=settings.hint_delivery,
+            fix_threshold=settings.fix_threshold,
+            cluster_schedule=settings.cluster_schedule,
+            clustering=settings.clustering,
+            train_batch_size=len(train),
+            num_threads=settings.num_threads,
+            seed=settings.seed,
             log_dir=out / "agentgrad",
-            cluster_schedule=(2, 1),
-            train_batch_size=max(2, n_train),
+            callbacks=[log],
         )
         compiled = optimizer.compile(program, trainset=train, valset=val)
         result = compiled.detailed_results
         print(f"\n[3/3] Optimized program on the same {len(test)} held-out examples")
-        optimized, optimized_usage = evaluate(compiled, test, num_threads)
+        optimized, optimized_usage = evaluate(compiled, test, settings.num_threads)
+    generations_after = _engine_count("calls", task_lm, prompt_lm)
+    repaired_after = _engine_count("repaired", task_lm, prompt_lm)
     summary = {
         "task": "two-step fact extraction (demo_task): locate -> answer, token F1",
         "task_lm": getattr(task_lm, "model", str(task_lm)),
         "prompt_lm": getattr(prompt_lm, "model", str(prompt_lm)),
+        "settings": to_jsonable(asdict(settings)),
         "sizes": {"train": len(train), "val": len(val), "test": len(test)},
         "test_score": {"baseline": baseline, "optimized": optimized, "gain": optimized - baseline},
         "val_score": {"initial": result.initial_val_score, "best": result.best_val_score},
         "rounds": [to_jsonable(vars(r)) for r in result.rounds],
-        "accepted": [to_jsonable(vars(c)) for c in result.accepted],
-        "rejected": len(result.rejected),
+        "blamed": to_jsonable(log.blamed),
+        "candidates": [to_jsonable(vars(c)) for c in result.candidates],
+        "validations": log.validation_points(),
         "metric_calls": result.metric_calls,
         "usage": {"optimizer": result.usage, "baseline_eval": baseline_usage, "optimized_eval": optimized_usage},
+        "lm_generations": None if generations_before is None else generations_after - generations_before,
+        "lm_replies_repaired": None if repaired_before is None else repaired_after - repaired_before,
         "program_errors": result.program_errors,
+        "prompt_role_failures": result.prompt_role_failures,
         "stop_reason": result.stop_reason,
-        "wall_time_s": time.time() - started,
+        "wall_time_s": round(time.time() - started, 1),
+        "cpu_time_s": round(_cpu_seconds() - cpu_started, 1),
+        "initial_instructions": result.initial_instructions,
         "final_instructions": result.final_instructions,
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    picture = plot_summary(summary, out / "demo.png")
     print(report(summary))
+    if picture is not None:
+        print(f"Wrote {out / 'summary.json'} and {picture}")
     return summary
 
 
-def report(summary: dict) -> str:
-    test, val = summary["test_score"], summary["val_score"]
-    usage = summary["usage"]["optimizer"]
-    lines = [
-        "",
-        "=" * 72,
-        f"Held-out score: {test['baseline']:.3f} -> {test['optimized']:.3f} ({test['gain']:+.3f}); "
-        f"validation {val['initial']:.3f} -> {val['best']:.3f}",
-        f"Time: {summary['wall_time_s']:.0f} s; metric calls: {summary['metric_calls']}; "
-        f"optimizer LM calls: task {usage['task']['calls']}, prompt {usage['prompt']['calls']}; "
-        f"stop: {summary['stop_reason']}",
-        "",
-        "Who was at fault (failures attributed per predictor, by sequential intervention):",
-    ]
-    for r in summary["rounds"]:
-        lines.append(
-            f"  round {r['round']}: {r['failures']}/{r['batch_size']} failed; attributed {r['attributed']}; "
-            f"hard cases {r['hard_cases']}; {r['clusters']} clusters; accepted {r['accepted']}/{r['candidates']}"
-        )
-    lines.append("")
-    if not summary["accepted"]:
-        lines.append(
-            "No rewrite beat the current instructions on both its cluster and validation; the program is unchanged."
-        )
-    for c in summary["accepted"]:
-        lines += [
-            f"Accepted for '{c['predictor']}' (round {c['round']}, cluster of {c['cluster_size']}, "
-            f"cluster {c['cluster_score_before']:.2f} -> {c['cluster_score_after']:.2f}, "
-            f"validation {c['val_score']:.3f})",
-            f"  why:  {c['gradient']}",
-            f"  new:  {c['instruction']}",
-        ]
-    lines.append("=" * 72)
-    return "\n".join(lines)
-
-
 def main(argv: list[str] | None = None) -> None:
+    defaults = DemoSettings()
     parser = argparse.ArgumentParser(prog="python -m dspy_agentgrad", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="run AgentGrad on the two-step fact-extraction demo task")
     demo.add_argument("--lm", default="local", help="'local' (embedded GGUF model, default) or a litellm model name")
     demo.add_argument("--prompt-lm", default=None, help="LM for the optimizer's own roles (default: same as --lm)")
-    demo.add_argument("--train", type=int, default=6)
-    demo.add_argument("--val", type=int, default=6)
-    demo.add_argument("--test", type=int, default=10)
-    demo.add_argument("--max-metric-calls", type=int, default=60)
-    demo.add_argument("--seed", type=int, default=0)
-    demo.add_argument("--threads", type=int, default=1)
+    demo.add_argument("--train", type=int, default=defaults.n_train)
+    demo.add_argument("--val", type=int, default=defaults.n_val)
+    demo.add_argument("--test", type=int, default=defaults.n_test)
+    demo.add_argument("--max-metric-calls", type=int, default=defaults.max_metric_calls)
+    demo.add_argument("--rounds", type=int, default=defaults.max_rounds)
+    demo.add_argument(
+        "--fix-threshold", type=float, default=defaults.fix_threshold, help="hinted score that counts as a fix"
+    )
+    demo.add_argument("--hint-delivery", default=defaults.hint_delivery, choices=["input_field", "instruction"])
+    demo.add_argument(
+        "--str-chars", type=int, default=demo_task.TASK_STR_CHARS, help="grammar bound of the program's str fields"
+    )
+    demo.add_argument("--seed", type=int, default=defaults.seed)
+    demo.add_argument("--threads", type=int, default=defaults.num_threads)
     demo.add_argument("--out", type=Path, default=Path("runs/demo"))
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    logging.getLogger("LiteLLM").setLevel(logging.WARNING)
-    task_lm = demo_task.demo_lm() if args.lm == "local" else dspy.LM(args.lm)
-    prompt_name = args.prompt_lm or args.lm
-    prompt_lm = (
-        task_lm if prompt_name == args.lm else (demo_task.demo_lm() if prompt_name == "local" else dspy.LM(prompt_name))
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    # the embedded LM's grammar repairs replies cut at the token limit; the summary counts them
+    logging.getLogger("dspy.clients.lm").setLevel(logging.ERROR)
+    task_lm = (
+        demo_task.demo_lm(limits=OutputLimits(str_chars=args.str_chars)) if args.lm == "local" else dspy.LM(args.lm)
     )
-    run_demo(
-        task_lm,
-        prompt_lm,
+    prompt_name = args.prompt_lm or args.lm
+    if prompt_name == args.lm:
+        prompt_lm = task_lm
+    else:
+        prompt_lm = demo_task.demo_lm() if prompt_name == "local" else dspy.LM(prompt_name)
+    settings = DemoSettings(
         n_train=args.train,
         n_val=args.val,
         n_test=args.test,
         max_metric_calls=args.max_metric_calls,
+        max_rounds=args.rounds,
+        hint_delivery=args.hint_delivery,
+        fix_threshold=args.fix_threshold,
         seed=args.seed,
         num_threads=args.threads,
-        out=args.out,
     )
+    run_demo(task_lm, prompt_lm, settings, args.out)

@@ -259,11 +259,19 @@ def make_program() -> dspy.Module:
     return LocateThenAnswer()
 
 
+# Grammar bound of str fields, in characters. Measured (benchmarks/local_lm/demo_job.md): at 80
+# characters (a gold sentence is at most 55) the model's habit of copying the passage start was cut
+# mid-sentence, partial credit fell (0.135 -> 0.067 on 6 examples) and no failure of the job's
+# training batch could be attributed; completion tokens fell only 15%. 300 leaves the optimizer's
+# own roles (gradients, rewritten instructions) room for a few sentences too.
+TASK_STR_CHARS = 300
+
+
 def demo_lm(**settings: Any) -> dspy.LM:
-    """The local LM as the demo uses it: str fields capped at 300 characters (answers and sentences are short)."""
+    """The local LM as the demo uses it (program steps and optimizer roles): str fields capped."""
     from ..embedded_lm import OutputLimits, local_lm
 
-    settings.setdefault("limits", OutputLimits(str_chars=300))
+    settings.setdefault("limits", OutputLimits(str_chars=TASK_STR_CHARS))
     return local_lm(**settings)
 
 
@@ -315,23 +323,20 @@ def metric(
 
 
 def hint(example: dspy.Example, pred_name: str, prediction: Any, feedback: str | None) -> str | None:
-    """What ``pred_name`` should do differently on this example (None when already correct).
+    """What ``pred_name`` should have written on this example (None when already correct).
 
-    ``locate`` is told which words its sentence must contain; ``answer`` is told
-    the shape of a correct answer (its length in words and that it is a span of
-    the evidence) but not the answer itself, so it can only fix the example when
-    the evidence it receives is right: failures caused by bad evidence stay with
-    ``locate``.
+    ``locate`` is given the gold evidence sentence, ``answer`` the gold answer,
+    but only when the evidence ``answer`` received contains it: with wrong
+    evidence the answer step is not at fault, and the failure moves on to
+    ``locate``. (AgentGrad's leak check would reject such a copied answer too,
+    except for years: labels of digits only are too short to check.)
+    SmolLM2-135M copies a gold hint far more often than it follows advice about
+    the answer's shape (benchmarks/local_lm/hint_probe_smollm2-135m.json).
     """
     if f1(str(getattr(prediction, "answer", "") or ""), example.answer) == 1.0:
         return None
     if pred_name == "locate":
-        return (
-            f"Copy exactly one sentence of the passage: the sentence that contains {example.answer!r} "
-            "and answers the question."
-        )
-    n = len(example.answer.split())
-    return (
-        f"Reply with only the {n} word{'s' if n > 1 else ''} of the evidence that answer the question "
-        "(a name, place, job, year, organization or instrument), with no other words and no sentence."
-    )
+        return f"The sentence that answers the question is: {example.evidence!r}. Copy exactly this sentence."
+    if not _evidence_ok(example, getattr(prediction, "evidence", "")):
+        return None
+    return f"The correct answer is {example.answer!r}. Reply with exactly {example.answer!r} and nothing else."

@@ -253,12 +253,36 @@ def _llama_class() -> type:
 
 
 class _Loaded:
-    """One llama.cpp model+context and the lock that serializes its use."""
+    """One llama.cpp model, its contexts, and the lock that serializes their use.
 
-    def __init__(self, llama: Any, load_seconds: float):
+    llama.cpp skips the part of a prompt that matches the start of the previous
+    prompt *of the same context* (its KV cache). A multi-step DSPy program
+    alternates system messages (one per predictor), so with one context every
+    call re-reads its whole prompt. Each distinct system message therefore gets
+    its own context, up to ``contexts`` (least recently used one reassigned);
+    a context costs one more load of the (memory-mapped) weights plus its KV cache.
+    """
+
+    def __init__(self, llama: Any, load_seconds: float, make: Callable[[], Any] | None = None, contexts: int = 1):
         self.llama = llama
         self.lock = threading.Lock()
         self.load_seconds = load_seconds
+        self._make = make
+        self._contexts = max(1, contexts) if make is not None else 1
+        self._by_prefix: dict[str, Any] = {}  # insertion order = least recently used first
+
+    def context_for(self, prefix: str) -> Any:
+        """The context that last served a prompt starting with ``prefix`` (call with ``lock`` held)."""
+        llama = self._by_prefix.pop(prefix, None)
+        if llama is None:
+            if not self._by_prefix:
+                llama = self.llama
+            elif len(self._by_prefix) < self._contexts:
+                llama = self._make()
+            else:
+                llama = self._by_prefix.pop(next(iter(self._by_prefix)))
+        self._by_prefix[prefix] = llama
+        return llama
 
 
 _LOADED: dict[tuple, _Loaded] = {}
@@ -277,11 +301,13 @@ def _quiet_llama_logs() -> None:
         pass
 
 
-def _load(path: str, settings: dict[str, Any], chat_template: tuple[str, str, str] | None = None) -> _Loaded:
+def _load(
+    path: str, settings: dict[str, Any], chat_template: tuple[str, str, str] | None = None, contexts: int = 1
+) -> _Loaded:
     """Load ``path`` once per process per distinct settings (thread safe)."""
     import time
 
-    key = (path, tuple(sorted(settings.items())), chat_template)
+    key = (path, tuple(sorted(settings.items())), chat_template, contexts)
     with _LOAD_LOCK:
         loaded = _LOADED.get(key)
         if loaded is None:
@@ -293,8 +319,12 @@ def _load(path: str, settings: dict[str, Any], chat_template: tuple[str, str, st
                 template, bos, eos = chat_template
                 extra["chat_handler"] = Jinja2ChatFormatter(template, eos_token=eos, bos_token=bos).to_chat_handler()
             start = time.perf_counter()
-            llama = _llama_class()(model_path=path, verbose=False, **settings, **extra)
-            loaded = _LOADED[key] = _Loaded(llama, time.perf_counter() - start)
+
+            def make() -> Any:
+                return _llama_class()(model_path=path, verbose=False, **settings, **extra)
+
+            llama = make()
+            loaded = _LOADED[key] = _Loaded(llama, time.perf_counter() - start, make, contexts)
         return loaded
 
 
@@ -315,6 +345,8 @@ class LlamaCppEngine:
             (default). False sends prompts unconstrained.
         limits: per-field size bounds for the grammar.
         max_tokens: generation cap when the request names none.
+        contexts: llama.cpp contexts kept for prompt-prefix reuse, one per
+            distinct system message (see :class:`_Loaded`); 1 = a single context.
         n_ctx, n_threads, n_batch, seed: llama.cpp load settings; any other
             ``llama_cpp.Llama`` keyword can be passed through ``llama_settings``.
         repeat_penalty: llama.cpp repeat penalty (1.0 = off: extractive answers
@@ -333,6 +365,7 @@ class LlamaCppEngine:
         n_batch: int = 512,
         seed: int = 0,
         repeat_penalty: float = 1.0,
+        contexts: int = 4,
         **llama_settings: Any,
     ):
         self.model = model
@@ -340,6 +373,7 @@ class LlamaCppEngine:
         self.limits = limits or OutputLimits()
         self.max_tokens = max_tokens
         self.repeat_penalty = repeat_penalty
+        self.contexts = contexts
         self.seed = seed
         if model in MODELS:
             n_ctx = min(n_ctx, MODELS[model].train_ctx)
@@ -372,7 +406,7 @@ class LlamaCppEngine:
     def loaded(self) -> _Loaded:
         """The process-wide loaded model for this engine's settings."""
         info = MODELS.get(self.model)
-        return _load(model_path(self.model), self.load_settings, info.chat_template if info else None)
+        return _load(model_path(self.model), self.load_settings, info.chat_template if info else None, self.contexts)
 
     def _grammar(self, gbnf: str) -> Any:
         with self._grammar_lock:
@@ -417,7 +451,8 @@ class LlamaCppEngine:
         loaded = self.loaded()
         with loaded.lock:  # a llama.cpp context serves one generation at a time
             try:
-                out = loaded.llama.create_chat_completion(messages=messages, max_tokens=max_tokens, **kwargs)
+                llama = loaded.context_for(system)
+                out = llama.create_chat_completion(messages=messages, max_tokens=max_tokens, **kwargs)
             except ValueError as exc:
                 if "context window" in str(exc):
                     raise ContextLengthError(str(exc), provider="local") from exc
@@ -457,6 +492,7 @@ class LlamaCppEngine:
             "limits": asdict(self.limits),
             "max_tokens": self.max_tokens,
             "repeat_penalty": self.repeat_penalty,
+            "contexts": self.contexts,
             "load_settings": self.load_settings,
         }
 
@@ -469,6 +505,7 @@ class LlamaCppEngine:
             limits=OutputLimits(**state.get("limits", {})),
             max_tokens=state.get("max_tokens", 512),
             repeat_penalty=state.get("repeat_penalty", 1.0),
+            contexts=state.get("contexts", 1),
             **settings,
         )
 

@@ -1,0 +1,97 @@
+"""The main job's printed summary: what was blamed, what was tried, what was kept, and why."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+
+def _clip(text: object, width: int = 110) -> str:
+    flat = " ".join(str(text).split())
+    return flat if len(flat) <= width else flat[: width - 3] + "..."
+
+
+def _score(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def _why_unchanged(summary: dict) -> str:
+    """One sentence on why no rewrite was kept, from what the run recorded."""
+    rounds, candidates = summary["rounds"], summary["candidates"]
+    attributed = sum(sum(r["attributed"].values()) for r in rounds)
+    if not rounds:
+        return f"no round ran ({summary['stop_reason']})."
+    if attributed == 0:
+        return (
+            "no failure could be attributed: no single-predictor hint raised a failed example to the fix "
+            "threshold, so every failure was a hard case and there was nothing to learn from."
+        )
+    if sum(r["gradients"] for r in rounds) == 0:
+        return "failures were attributed, but the prompt LM wrote no usable gradient."
+    if not candidates:
+        return "gradients were written, but no cluster reached the minimum cluster size before the run stopped."
+    reasons = Counter(c["reason"] for c in candidates)
+    listed = ", ".join(f"{n} {reason}" for reason, n in reasons.items())
+    return f"{len(candidates)} rewrite(s) were judged and none won both stages ({listed})."
+
+
+def report(summary: dict) -> str:
+    test, val, sizes = summary["test_score"], summary["val_score"], summary["sizes"]
+    usage = summary["usage"]
+    optimizer = usage["optimizer"]
+    lines = [
+        "",
+        "=" * 78,
+        f"Held-out score (token F1, {sizes['test']} examples): {test['baseline']:.3f} -> {test['optimized']:.3f} "
+        f"({test['gain']:+.3f})",
+        f"Validation score ({sizes['val']} examples): {val['initial']:.3f} -> {val['best']:.3f}",
+        f"Time: {summary['wall_time_s']:.0f} s wall, {summary['cpu_time_s']:.0f} s CPU; "
+        f"metric calls {summary['metric_calls']} (budget {summary['settings']['max_metric_calls']}); "
+        f"stop: {summary['stop_reason']}",
+        f"LM calls: optimizer task {optimizer['task']['calls']}, prompt roles {optimizer['prompt']['calls']}; "
+        f"held-out evals {usage['baseline_eval']['calls']} + {usage['optimized_eval']['calls']}"
+        + ("" if summary["lm_generations"] is None else f"; generations run {summary['lm_generations']}")
+        + (
+            ""
+            if not summary.get("lm_replies_repaired")
+            else f" ({summary['lm_replies_repaired']} cut at the token limit, closed by the grammar)"
+        ),
+        "",
+        "Blamed (sequential intervention, last predictor first; hint delivered as "
+        f"{summary['settings']['hint_delivery']!r}, fix threshold {summary['settings']['fix_threshold']}):",
+    ]
+    for r in summary["rounds"]:
+        blamed = ", ".join(f"{name} {n}" for name, n in r["attributed"].items()) or "nobody"
+        lines.append(
+            f"  round {r['round']}: {r['failures']}/{r['batch_size']} failed -> {blamed}; "
+            f"{r['hard_cases']} hard case(s); {r['gradients']} gradient(s) -> {r['clusters']} cluster(s) "
+            f"(min size {r['min_cluster_size']}), {r['waiting']} waiting"
+        )
+    for b in summary["blamed"][:4]:
+        field = next(iter(b["original"]), "")
+        lines.append(
+            f"    e.g. {b['predictor']} on {b['question']!r}: {_clip(b['original'].get(field), 50)!r} -> "
+            f"with hint {_clip(b['with_hint'].get(field), 50)!r}"
+        )
+    lines += ["", "Tried (rewrite per cluster; kept only if better on its cluster, then on validation):"]
+    if not summary["candidates"]:
+        lines.append("  nothing")
+    for c in summary["candidates"]:
+        verdict = "KEPT" if c["accepted"] else f"rejected: {c['reason']}"
+        lines += [
+            f"  round {c['round']}, {c['predictor']}, cluster of {c['cluster_size']}: "
+            f"cluster {_score(c['cluster_score_before'])} -> {_score(c['cluster_score_after'])}, "
+            f"validation {_score(c['val_score'])} -> {verdict}",
+            f"    gradient: {_clip(c['gradient'])}",
+            f"    rewrite:  {_clip(c['instruction'])}",
+        ]
+    lines.append("")
+    kept = [c for c in summary["candidates"] if c["accepted"]]
+    if kept:
+        lines.append("Kept:")
+        for name, text in summary["final_instructions"].items():
+            if text != summary["initial_instructions"][name]:
+                lines.append(f"  {name}: {_clip(text, 200)}")
+    else:
+        lines.append("Kept: nothing; the program is unchanged: " + _why_unchanged(summary))
+    lines.append("=" * 78)
+    return "\n".join(lines)
