@@ -82,6 +82,24 @@ def split_examples(items: Sequence, sizes: Sequence[int], seed: int) -> list[lis
     return out
 
 
+#: Caps of the GEPA paper's code on train / val / test after its 20/40/40 cut.
+ARTIFACT_CAPS = (150, 300, 300)
+
+
+def artifact_splits(items: Sequence, caps: Sequence[int] = ARTIFACT_CAPS) -> list[list]:
+    """The GEPA paper code's split of one pool: test = the first 40%, val = the next 40%, train = the last
+    20%, each cut down to its cap by ``random.Random(1).sample`` (a fresh generator per split)."""
+    n = len(items)
+    test, val, train = items[: int(0.4 * n)], items[int(0.4 * n) : int(0.8 * n)], items[int(0.8 * n) :]
+    return [trim_like_artifact(part, cap) for part, cap in zip((train, val, test), caps)]
+
+
+def trim_like_artifact(items: Sequence, cap: int) -> list:
+    """``items`` when it holds no more than ``cap``, else ``random.Random(1).sample(items, cap)``."""
+    items = list(items)
+    return items if cap >= len(items) else random.Random(1).sample(items, cap)
+
+
 def normalize_answer(text: str) -> str:
     """SQuAD/HotpotQA answer normalisation: lowercase, drop punctuation, articles, extra spaces."""
     text = unicodedata.normalize("NFD", str(text or ""))

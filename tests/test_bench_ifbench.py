@@ -82,8 +82,20 @@ def test_metric_fraction_and_feedback():
     assert full.score == 1.0 and "Violated" not in full.feedback
     assert constraint_fraction(gold, dspy.Prediction(response="")).score == 0.0
     text = hint(gold, "enforce_constraints.predict", dspy.Prediction(response="no animal here"), half.feedback)
-    assert "zebra" in text and "comma" not in text.lower()
+    target, per_module = text.split("\n", 2)[:2], text.split("\n", 2)[2]
+    assert "zebra" in target[1] and "comma" not in target[1].lower()  # the fix names only the violated one
+    assert per_module.startswith("Your final response satisfies 1 of 2")  # then the stage's own feedback
     assert hint(gold, "respond.predict", dspy.Prediction(response="A zebra."), "") is None
+
+
+def test_each_stage_gets_feedback_on_its_own_output():
+    gold = _ex("ifeval", ["keywords:existence"], [{"keywords": ["zebra"]}])
+    pred = dspy.Prediction(draft="A zebra grazes.", response="It grazes.")
+    first = constraint_fraction(gold, pred, None, "respond.predict", None)
+    second = constraint_fraction(gold, pred, None, "enforce_constraints.predict", None)
+    assert first.score == second.score == 0.0  # the score is always the final response's
+    assert first.feedback.startswith("Your draft response satisfies 1 of 1")
+    assert second.feedback.startswith("Your final response satisfies 0 of 1")
 
 
 def test_ifbench_test_constraint():
