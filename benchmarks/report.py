@@ -130,15 +130,33 @@ def markdown_report(results_list: list[dict]) -> str:
             if block.get("status") == "unavailable":
                 notes.append(f"- {PRETTY.get(bench, bench)}: not run -- {block.get('error')}")
             elif info:
-                notes.append(
-                    f"- {PRETTY.get(bench, bench)} ({lm_label(results)}): corpus = {info.get('corpus')}"
-                    f"{' (' + info['corpus_note'] + ')' if info.get('corpus_note') else ''}; "
-                    f"sizes {info.get('sizes')}; split seed {info.get('split_seed')}; "
-                    f"optimizer seed {cfg.get('seed')}; cache policy {cfg.get('cache')}"
-                )
+                notes.append(f"- {PRETTY.get(bench, bench)} ({lm_label(results)}): {setup_line(info, cfg, block)}")
     if notes:
         out += ["## Setup", ""] + notes + [""]
     return "\n".join(out)
+
+
+def setup_line(info: dict, cfg: dict, block: dict) -> str:
+    """Which data, split, corpus (and stemmer) and settings one benchmark's numbers come from."""
+    corpus = f"corpus = {info.get('corpus')}"
+    if info.get("corpus_note"):
+        corpus += f" ({info['corpus_note']})"
+    if info.get("corpus"):
+        corpus += f", BM25 stemmer: {info.get('stemmer') or 'none'}"
+    parts = [
+        f"data = {info.get('source', '?')}",
+        corpus,
+        f"split {info.get('split') or 'seed ' + str(info.get('split_seed'))}",
+        f"sizes {info.get('sizes')}",
+        f"optimizer seed {cfg.get('seed')}",
+        f"cache policy {cfg.get('cache')}",
+    ]
+    if cfg.get("preset"):
+        parts.append(f"preset {cfg['preset']}")
+    if block.get("settings"):
+        parts.append(f"budget {block['settings'].get('max_metric_calls')} metric calls")
+        parts.append(block["settings"].get("gepa_variant", ""))
+    return "; ".join(p for p in parts if p)
 
 
 def plot_curves(results_list: list[dict], path: Path) -> Path:
