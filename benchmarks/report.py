@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import tempfile
 from collections.abc import Iterable
@@ -159,9 +160,14 @@ def setup_line(info: dict, cfg: dict, block: dict) -> str:
     return "; ".join(p for p in parts if p)
 
 
-def plot_curves(results_list: list[dict], path: Path) -> Path:
-    """Best validation score against metric calls, one panel per (LM setting, benchmark)."""
-    import matplotlib
+def plot_curves(results_list: list[dict], path: Path) -> Path | None:
+    """Best validation score against metric calls, one panel per (LM setting, benchmark); None (with a
+    warning) when matplotlib, part of the ``[bench]`` extra, is not installed."""
+    try:
+        import matplotlib
+    except ImportError:
+        logging.getLogger(__name__).warning("matplotlib is not installed: no curve plot (pip install matplotlib)")
+        return None
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
