@@ -8,6 +8,10 @@ from benchmarks.common import BM25Search, doc_title, normalize_answer, split_exa
 from benchmarks.lms import UsageMeter, make_lm, parse_spec
 from dspy_agentgrad.testing import RuleEngine, fake_lm
 
+needs_bm25s = pytest.mark.skipif(
+    __import__("importlib").util.find_spec("bm25s") is None, reason="the [bench] extra is not installed"
+)
+
 
 @pytest.fixture(autouse=True)
 def _restore_dspy_cache():
@@ -55,6 +59,7 @@ def test_normalize_answer(text, expected):
     assert normalize_answer(text) == expected
 
 
+@needs_bm25s
 def test_bm25_ranks_and_is_shared_by_copies():
     import copy
 
@@ -131,6 +136,7 @@ def test_usage_meter_counts_cache_hits_without_tokens(tmp_path):
     assert snap["prompt_tokens"] > 0
 
 
+@needs_bm25s
 def test_wiki_search_builds_then_reuses_saved_index(monkeypatch, tmp_path):
     monkeypatch.setenv("AGENTGRAD_CACHE_DIR", str(tmp_path))
     folder = tmp_path / "wiki_abstracts_2017"

@@ -1,5 +1,6 @@
 """IFBench: data, offline verifiers (IFBench + IFEval ids), metric, hint, two-stage program."""
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -12,6 +13,12 @@ from benchmarks.common import REPO_ROOT, data_file
 from benchmarks.ifbench import IFBenchTwoStage, constraint_fraction, hint, read_examples
 from benchmarks.ifbench.verifiers import check_constraints, ifbench_registry, ifeval_registry
 from dspy_agentgrad.testing import fake_lm
+
+# the [bench] extra: skipped cleanly when it is not installed
+pytestmark = pytest.mark.skipif(
+    any(importlib.util.find_spec(m) is None for m in ("nltk", "ifbench", "if_verifiable")),
+    reason="the [bench] extra is not installed",
+)
 
 
 def _ex(suite, ids, kwargs, query="Write something."):
