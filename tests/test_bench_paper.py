@@ -114,3 +114,16 @@ def test_preset_dry_run_records_its_setup(tmp_path):
     assert block["settings"]["gepa_variant"] == "GEPA (no merge)"
     setup = (out / "results.md").read_text()
     assert "preset paper" in setup and "GEPA (no merge)" in setup and "PUPA_New" in setup
+
+
+def test_hotpotqa_online_without_network_is_a_clear_error(monkeypatch, tmp_path, capsys):
+    import dspy.datasets
+
+    def offline(*args, **kwargs):
+        raise ConnectionError("Failed to resolve 'huggingface.co'")
+
+    monkeypatch.setattr(dspy.datasets, "HotPotQA", offline)
+    args = ["--bench", "hotpotqa", "--source", "online", "--task-lm", "fake", "--out", str(tmp_path)]
+    assert run.main(args) == 2
+    err = capsys.readouterr().err
+    assert "HotpotQA could not be loaded online" in err and "--source offline" in err and "Traceback" not in err
