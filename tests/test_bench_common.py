@@ -1,5 +1,7 @@
 """Shared benchmark pieces: data location, splits, normalisation, BM25, LM specs, usage metering."""
 
+import importlib.util
+
 import dspy
 import pytest
 
@@ -176,3 +178,16 @@ def test_local_lm_is_imported_lazily(monkeypatch):
     module.local_lm = lambda: sentinel
     monkeypatch.setitem(sys.modules, "dspy_agentgrad.embedded_lm", module)
     assert make_lm("local") is sentinel
+
+
+@needs_bm25s
+def test_bm25_stems_like_the_paper_when_pystemmer_is_installed():
+    corpus = ["Alpha | a story about runners", "Beta | the running of the bulls, with running bulls"]
+    plain = BM25Search(corpus, stemmer=None)
+    assert plain.stemmer_name is None and doc_title(plain("runners", 1)[0]) == "Alpha"
+    if importlib.util.find_spec("Stemmer") is None:
+        assert BM25Search(corpus).stemmer_name is None  # runs unstemmed, with a warning
+        return
+    stemmed = BM25Search(corpus)
+    assert stemmed.stemmer_name == "english"
+    assert doc_title(stemmed("run", 1)[0]) == "Beta"  # "run" matches "running" (twice) only when stemmed

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.skipif(
 CLAIM = "The Zorblat Quartet recorded Moonfall Serenade, written by a poet from Quillford."
 TITLES = ["Zorblat Quartet", "Moonfall Serenade", "Quillford"]
 CORPUS = [
-    "Zorblat Quartet | The Zorblat Quartet is a string quartet that recorded many serenades.",
+    "Zorblat Quartet | The Zorblat Quartet is a string quartet that recorded many pieces.",
     "Moonfall Serenade | Moonfall Serenade is a poem set to music by Ivo Brask.",
     "Ivo Brask | Ivo Brask is a poet.",
     "Quillford | Quillford is a town, birthplace of Ivo Brask.",
