@@ -181,6 +181,7 @@ def bench_settings(args, bench_name: str) -> dict[str, Any]:
             "split": "seeded",
             "max_metric_calls": args.max_metric_calls,
             "options": user_options,
+            "gepa_variant": gepa_variant(user_options),
         }
     paper = PAPER[bench_name]
     fallback = paper.offline_sizes is not None and args.source == "offline"  # the data cannot hold the split

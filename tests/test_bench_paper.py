@@ -41,6 +41,7 @@ def test_explicit_flags_override_the_preset():
     assert gepa_variant(settings["options"]) == "GEPA+Merge"
     plain = run.bench_settings(_args(), "ifbench")
     assert plain["split"] == "seeded" and plain["max_metric_calls"] is None and plain["options"] == {}
+    assert plain["gepa_variant"] == "GEPA+Merge"  # dspy.GEPA's default, stated in the results
 
 
 def test_hotpotqa_offline_cannot_hold_the_paper_split_and_says_so():

@@ -105,7 +105,7 @@ def paper_splits():
     try:
         from datasets import load_dataset
 
-        rows = load_dataset("hotpot_qa", "fullwiki", split="train", trust_remote_code=True)
+        rows = load_dataset("hotpot_qa", "fullwiki", split="train")
     except Exception as exc:
         raise DataUnavailable(_online_error(exc)) from exc
     return artifact_splits([to_example(dict(r)) for r in rows])
