@@ -17,7 +17,7 @@ from typing import Any
 
 from benchmarks.common import DataUnavailable
 from benchmarks.harness import OPTIMIZERS, evaluate_program, run_optimizer
-from benchmarks.lms import describe_spec
+from benchmarks.lms import LMSpecError, describe_spec
 from benchmarks.presets import PAPER, PRESETS, gepa_variant, merge_options, optimizer_options
 from benchmarks.registry import BENCHMARKS, PAPER_SIZES, load_benchmark
 from benchmarks.report import markdown_report, plot_curves, write_json
@@ -346,7 +346,10 @@ def main(argv: list[str] | None = None) -> int:
     optimizers.insert(0, "baseline")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    config = _config(args, optimizers)
+    try:
+        config = _config(args, optimizers)
+    except LMSpecError as exc:
+        raise SystemExit(f"error: {exc}") from None
     if args.fresh:  # resumable optimizer state and cached LM calls of the old run must not leak in
         import shutil
 
