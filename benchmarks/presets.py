@@ -45,8 +45,8 @@ PAPER = {
         (150, 300, 300),
         "HoVer train, 3-hop claims, shuffled with random.Random(0), then the 40/40/20 cut sampled down to "
         "300/300/150 with random.Random(1); Wikipedia 2017 abstracts, BM25 with the English stemmer",
-        "the same procedure on the dev release (1,835 3-hop claims) instead of train; the corpus must be "
-        "downloaded once (there is none offline)",
+        "the same procedure on the dev release (1,835 3-hop claims) instead of train (--source online "
+        "downloads train); the corpus must be downloaded once (there is none offline)",
     ),
     "ifbench": PaperSetting(
         3593,

@@ -99,7 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--source",
         default="offline",
         choices=("offline", "online"),
-        help="HotpotQA and PUPA data: the shared offline files, or the original sources online",
+        help="HotpotQA, HoVer (train) and PUPA data: the shared offline files, or the original sources online",
     )
     p.add_argument(
         "--cache",
@@ -243,7 +243,7 @@ def run_benchmark(bench_name: str, args, optimizers: list[str], results: dict, o
             seed=args.split_seed,
             split=settings["split"],
             **({"corpus": corpus} if bench_name in ("hotpotqa", "hover") else {}),
-            **({"source": args.source} if bench_name in ("hotpotqa", "pupa") else {}),
+            **({"source": args.source} if bench_name != "ifbench" else {}),
         )
     except (DataUnavailable, ValueError, FileNotFoundError) as exc:
         block.update(status="unavailable", error=str(exc))

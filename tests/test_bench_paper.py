@@ -128,3 +128,15 @@ def test_hotpotqa_online_without_network_is_a_clear_error(monkeypatch, tmp_path,
     assert run.main(args) == 2
     err = capsys.readouterr().err
     assert "HotpotQA could not be loaded online" in err and "--source offline" in err and "Traceback" not in err
+
+
+def test_hover_train_online_without_network_is_a_clear_error(monkeypatch, tmp_path):
+    monkeypatch.setenv("AGENTGRAD_CACHE_DIR", str(tmp_path))
+
+    def no_network(*args, **kwargs):
+        raise OSError("[Errno -2] Name or service not known")
+
+    monkeypatch.setattr("urllib.request.urlopen", no_network)
+    with pytest.raises(common.DataUnavailable, match="could not download HoVer train.*--source offline"):
+        load_benchmark("hover", source="online", split="paper", corpus=["A | a"])
+    assert not list(tmp_path.rglob("*.part"))  # nothing half-written left behind
