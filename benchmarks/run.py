@@ -173,7 +173,7 @@ def _specs(args) -> dict[str, str]:
 def bench_settings(args, bench_name: str) -> dict[str, Any]:
     """Sizes, split, budget and optimizer options of one benchmark: the flags, over the preset if any."""
     user_options = json.loads(args.options or "{}")
-    if args.preset is None:
+    if args.preset is None or bench_name not in PAPER:  # a benchmark of no paper runs on the flags alone
         return {
             "train": args.train or PAPER_SIZES["train"],
             "val": args.val or PAPER_SIZES["val"],
