@@ -10,6 +10,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from benchmarks.presets import gepa_variant
+
 PRETTY = {"hotpotqa": "HotpotQA", "hover": "HoVer", "ifbench": "IFBench", "pupa": "PUPA"}
 OPT_PRETTY = {"baseline": "Baseline", "agentgrad": "AgentGrad", "gepa": "GEPA", "miprov2": "MIPROv2"}
 OPT_ORDER = ("baseline", "miprov2", "gepa", "agentgrad")
@@ -154,10 +156,12 @@ def setup_line(info: dict, cfg: dict, block: dict) -> str:
     ]
     if cfg.get("preset"):
         parts.append(f"preset {cfg['preset']}")
-    if block.get("settings"):
-        parts.append(f"budget {block['settings'].get('max_metric_calls')} metric calls")
-        parts.append(block["settings"].get("gepa_variant", ""))
-    return "; ".join(p for p in parts if p)
+    settings = block.get("settings") or {}
+    budget = settings.get("max_metric_calls", cfg.get("max_metric_calls"))
+    parts.append(f"budget {budget} metric calls" if budget else "budget: each optimizer's light setting")
+    if "gepa" in (block.get("optimizers") or {}):
+        parts.append(gepa_variant(settings.get("options", cfg.get("options") or {})))
+    return "; ".join(parts)
 
 
 def plot_curves(results_list: list[dict], path: Path) -> Path | None:
