@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import re
@@ -12,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+logger = logging.getLogger(__name__)
 
 #: Seeds of the fixed splits. A split only depends on (benchmark, seed, sizes).
 DEFAULT_SEED = 0
@@ -82,6 +84,24 @@ def split_examples(items: Sequence, sizes: Sequence[int], seed: int) -> list[lis
     return out
 
 
+#: Caps of the GEPA paper's code on train / val / test after its 20/40/40 cut.
+ARTIFACT_CAPS = (150, 300, 300)
+
+
+def artifact_splits(items: Sequence, caps: Sequence[int] = ARTIFACT_CAPS) -> list[list]:
+    """The GEPA paper code's split of one pool: test = the first 40%, val = the next 40%, train = the last
+    20%, each cut down to its cap by ``random.Random(1).sample`` (a fresh generator per split)."""
+    n = len(items)
+    test, val, train = items[: int(0.4 * n)], items[int(0.4 * n) : int(0.8 * n)], items[int(0.8 * n) :]
+    return [trim_like_artifact(part, cap) for part, cap in zip((train, val, test), caps)]
+
+
+def trim_like_artifact(items: Sequence, cap: int) -> list:
+    """``items`` when it holds no more than ``cap``, else ``random.Random(1).sample(items, cap)``."""
+    items = list(items)
+    return items if cap >= len(items) else random.Random(1).sample(items, cap)
+
+
 def normalize_answer(text: str) -> str:
     """SQuAD/HotpotQA answer normalisation: lowercase, drop punctuation, articles, extra spaces."""
     text = unicodedata.normalize("NFD", str(text or ""))
@@ -101,13 +121,39 @@ def doc_title(doc: str) -> str:
     return doc.split(" | ", 1)[0].strip()
 
 
-class BM25Search:
-    """BM25 over ``"title | text"`` passages (bm25s, English stopwords, no stemmer needed).
+#: The stemmer of the GEPA paper's retrieval (PyStemmer's English Snowball stemmer, through bm25s).
+DEFAULT_STEMMER = "english"
 
-    ``search(query, k)`` returns the k best passages, best first. Thread-safe.
+
+def load_stemmer(language: str | None):
+    """PyStemmer's stemmer for ``language`` (None: no stemming). Without PyStemmer (``pip install
+    PyStemmer``, part of the ``[bench]`` extra) the search runs unstemmed and logs a warning."""
+    if not language:
+        return None
+    try:
+        import Stemmer
+    except ImportError:
+        logger.warning("PyStemmer is not installed: BM25 runs without a stemmer (pip install PyStemmer)")
+        return None
+    return Stemmer.Stemmer(language)
+
+
+class BM25Search:
+    """BM25 over ``"title | text"`` passages (bm25s, k1 = 0.9, b = 0.4, English stopwords and, as in the
+    GEPA paper's code, the English stemmer when PyStemmer is installed; ``stemmer=None`` turns it off).
+
+    ``search(query, k)`` returns the k best passages, best first. ``stemmer_name`` says which stemmer
+    really ran. Thread-safe.
     """
 
-    def __init__(self, corpus: Sequence[str], k1: float = 0.9, b: float = 0.4, index_dir: Path | None = None):
+    def __init__(
+        self,
+        corpus: Sequence[str],
+        k1: float = 0.9,
+        b: float = 0.4,
+        index_dir: Path | None = None,
+        stemmer: str | None = DEFAULT_STEMMER,
+    ):
         """Index ``corpus``; with ``index_dir``, load the index saved there (or build and save it)."""
         import bm25s
 
@@ -115,10 +161,12 @@ class BM25Search:
             raise ValueError("BM25Search needs a non-empty corpus")
         self.corpus = list(corpus)
         self._bm25s = bm25s
-        self._stemmer = None  # no stemmer: same ranking whether or not PyStemmer is installed
+        self._stemmer = load_stemmer(stemmer)
+        self.stemmer_name = stemmer if self._stemmer is not None else None
         self._lock = threading.Lock()
         marker = None if index_dir is None else Path(index_dir) / "agentgrad_corpus_size.txt"
-        if marker is not None and marker.exists() and marker.read_text().strip() == str(len(self.corpus)):
+        signature = f"{len(self.corpus)} stemmer={self.stemmer_name}"
+        if marker is not None and marker.exists() and marker.read_text().strip() == signature:
             self.retriever = bm25s.BM25.load(str(index_dir))
             return
         tokens = bm25s.tokenize(self.corpus, stopwords="en", stemmer=self._stemmer, show_progress=False)
@@ -127,7 +175,7 @@ class BM25Search:
         if marker is not None:
             Path(index_dir).mkdir(parents=True, exist_ok=True)
             self.retriever.save(str(index_dir))
-            marker.write_text(str(len(self.corpus)))
+            marker.write_text(signature)
 
     def __len__(self) -> int:
         return len(self.corpus)

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from benchmarks.presets import gepa_variant
 from benchmarks.speed import speed_table
 
 PRETTY = {"hotpotqa": "HotpotQA", "hover": "HoVer", "ifbench": "IFBench", "pupa": "PUPA", "synthetic": "Synthetic"}
@@ -132,12 +134,7 @@ def markdown_report(results_list: list[dict]) -> str:
             if block.get("status") == "unavailable":
                 notes.append(f"- {PRETTY.get(bench, bench)}: not run -- {block.get('error')}")
             elif info:
-                notes.append(
-                    f"- {PRETTY.get(bench, bench)} ({lm_label(results)}): corpus = {info.get('corpus')}"
-                    f"{' (' + info['corpus_note'] + ')' if info.get('corpus_note') else ''}; "
-                    f"sizes {info.get('sizes')}; split seed {info.get('split_seed')}; "
-                    f"optimizer seed {cfg.get('seed')}; cache policy {cfg.get('cache')}"
-                )
+                notes.append(f"- {PRETTY.get(bench, bench)} ({lm_label(results)}): {setup_line(info, cfg, block)}")
     speed = [speed_table(r.get("benchmarks", {})) for r in results_list]
     if any(speed):
         out += ["## Time to quality", ""] + [t for t in speed if t] + [""]
@@ -146,9 +143,39 @@ def markdown_report(results_list: list[dict]) -> str:
     return "\n".join(out)
 
 
-def plot_curves(results_list: list[dict], path: Path) -> Path:
-    """Best validation score against metric calls, one panel per (LM setting, benchmark)."""
-    import matplotlib
+def setup_line(info: dict, cfg: dict, block: dict) -> str:
+    """Which data, split, corpus (and stemmer) and settings one benchmark's numbers come from."""
+    corpus = f"corpus = {info.get('corpus')}"
+    if info.get("corpus_note"):
+        corpus += f" ({info['corpus_note']})"
+    if info.get("corpus"):
+        corpus += f", BM25 stemmer: {info.get('stemmer') or 'none'}"
+    parts = [
+        f"data = {info.get('source', '?')}",
+        corpus,
+        f"split {info.get('split') or 'seed ' + str(info.get('split_seed'))}",
+        f"sizes {info.get('sizes')}",
+        f"optimizer seed {cfg.get('seed')}",
+        f"cache policy {cfg.get('cache')}",
+    ]
+    if cfg.get("preset"):
+        parts.append(f"preset {cfg['preset']}")
+    settings = block.get("settings") or {}
+    budget = settings.get("max_metric_calls", cfg.get("max_metric_calls"))
+    parts.append(f"budget {budget} metric calls" if budget else "budget: each optimizer's light setting")
+    if "gepa" in (block.get("optimizers") or {}):
+        parts.append(gepa_variant(settings.get("options", cfg.get("options") or {})))
+    return "; ".join(parts)
+
+
+def plot_curves(results_list: list[dict], path: Path) -> Path | None:
+    """Best validation score against metric calls, one panel per (LM setting, benchmark); None (with a
+    warning) when matplotlib, part of the ``[bench]`` extra, is not installed."""
+    try:
+        import matplotlib
+    except ImportError:
+        logging.getLogger(__name__).warning("matplotlib is not installed: no curve plot (pip install matplotlib)")
+        return None
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -15,8 +15,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import CorpusUnavailable
+from benchmarks.common import DataUnavailable
 from benchmarks.harness import OPTIMIZERS, evaluate_program, run_optimizer
+from benchmarks.lms import LMSpecError, describe_spec
+from benchmarks.presets import PAPER, PRESETS, gepa_variant, merge_options, optimizer_options
 from benchmarks.registry import BENCHMARKS, PAPER_SIZES, load_benchmark
 from benchmarks.report import markdown_report, plot_curves, write_json
 
@@ -39,6 +41,7 @@ RESUME_KEYS = (
     "source",
     "cache",
     "options",
+    "preset",
 )
 
 
@@ -72,10 +75,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="budget per optimizer in metric calls (program run + metric on one example); "
         "default: each optimizer's 'light' setting",
     )
+    p.add_argument(
+        "--preset",
+        default=None,
+        choices=PRESETS,
+        help="paper: per benchmark the papers' splits (where the data allow), the GEPA paper's metric-call "
+        "budget for every optimizer, GEPA without merge, MIPROv2 with 18 candidates and an error budget "
+        "as large as its metric-call budget; flags given explicitly override it",
+    )
     p.add_argument("--seed", type=int, default=0, help="optimizer seed")
     p.add_argument("--split-seed", type=int, default=0, help="seed of the train/val/test split")
-    p.add_argument("--train", type=int, default=PAPER_SIZES["train"])
-    p.add_argument("--val", type=int, default=PAPER_SIZES["val"])
+    p.add_argument("--train", type=int, default=None, help=f"train size (default: {PAPER_SIZES['train']})")
+    p.add_argument("--val", type=int, default=None, help=f"val size (default: {PAPER_SIZES['val']})")
     p.add_argument("--test", type=int, default=None, help="test size (default: 300; IFBench: all 294 test prompts)")
     p.add_argument("--num-threads", type=int, default=4)
     p.add_argument(
@@ -88,7 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--source",
         default="offline",
         choices=("offline", "online"),
-        help="HotpotQA questions: the shared offline sample, or HotpotQA online (needs `datasets`)",
+        help="HotpotQA, HoVer (train) and PUPA data: the shared offline files, or the original sources online",
     )
     p.add_argument(
         "--cache",
@@ -139,14 +150,66 @@ def _config(args, optimizers) -> dict[str, Any]:
         "max_metric_calls": args.max_metric_calls,
         "seed": args.seed,
         "split_seed": args.split_seed,
-        "sizes": {"train": args.train, "val": args.val, "test": args.test},
+        "sizes": {"train": args.train, "val": args.val, "test": args.test}
+        if args.preset
+        else {"train": args.train or PAPER_SIZES["train"], "val": args.val or PAPER_SIZES["val"], "test": args.test},
         "corpus": args.corpus,
         "source": args.source,
         "cache": args.cache,
         "options": json.loads(args.options or "{}"),
+        "preset": args.preset,
+        "lm_settings": {role: describe_spec(spec) for role, spec in _specs(args).items()},
         "num_threads": args.num_threads,
         "optimizers": optimizers,
     }
+
+
+def _specs(args) -> dict[str, str]:
+    specs = {"task": args.task_lm, "prompt": args.prompt_lm or args.task_lm}
+    specs.update({role: getattr(args, f"{role}_lm") for role in ("untrusted", "judge") if getattr(args, f"{role}_lm")})
+    return specs
+
+
+def bench_settings(args, bench_name: str) -> dict[str, Any]:
+    """Sizes, split, budget and optimizer options of one benchmark: the flags, over the preset if any."""
+    user_options = json.loads(args.options or "{}")
+    if args.preset is None or bench_name not in PAPER:  # a benchmark of no paper runs on the flags alone
+        return {
+            "train": args.train or PAPER_SIZES["train"],
+            "val": args.val or PAPER_SIZES["val"],
+            "test": args.test,
+            "split": "seeded",
+            "max_metric_calls": args.max_metric_calls,
+            "options": user_options,
+            "gepa_variant": gepa_variant(user_options),
+        }
+    paper = PAPER[bench_name]
+    fallback = paper.offline_sizes is not None and args.source == "offline"  # the data cannot hold the split
+    sizes = paper.offline_sizes if fallback else paper.sizes
+    budget = args.max_metric_calls or paper.budget
+    options = merge_options(optimizer_options(budget), user_options)
+    return {
+        "train": args.train or sizes[0],
+        "val": args.val or sizes[1],
+        "test": args.test or sizes[2],
+        "split": "seeded" if fallback else "paper",
+        "max_metric_calls": budget,
+        "options": options,
+        "gepa_variant": gepa_variant(options),
+        "paper_setup": paper.split,
+        "differs_offline": paper.offline if args.source == "offline" else None,
+    }
+
+
+def _cut_paper_split(bench, args) -> None:
+    """Explicit --train/--val/--test with the paper preset keep the first N examples of each paper split
+    (a smaller run on the same data)."""
+    for name, size in (("trainset", args.train), ("valset", args.val), ("testset", args.test)):
+        if size is not None:
+            setattr(bench, name, getattr(bench, name)[:size])
+    bench.info["sizes"] = {"train": len(bench.trainset), "val": len(bench.valset), "test": len(bench.testset)}
+    if any(size is not None for size in (args.train, args.val, args.test)):
+        bench.info["split"] = f"{bench.info.get('split')}, first N of each part"
 
 
 def _load_previous(path: Path, config: dict, fresh: bool) -> dict:
@@ -166,27 +229,32 @@ def _load_previous(path: Path, config: dict, fresh: bool) -> dict:
 
 def run_benchmark(bench_name: str, args, optimizers: list[str], results: dict, out: Path) -> None:
     block = results["benchmarks"].setdefault(bench_name, {"optimizers": {}})
+    settings = bench_settings(args, bench_name)
+    block["settings"] = settings
     corpus = args.corpus
     if bench_name == "hover" and corpus == "pooled":
         corpus = "auto"  # "pooled" is HotpotQA's offline corpus; HoVer has none (clear error below)
     try:
         bench = load_benchmark(
             bench_name,
-            train=args.train,
-            val=args.val,
-            test=args.test,
+            train=settings["train"],
+            val=settings["val"],
+            test=settings["test"],
             seed=args.split_seed,
-            **({"corpus": corpus} if bench_name != "ifbench" else {}),
-            **({"source": args.source} if bench_name == "hotpotqa" else {}),
+            split=settings["split"],
+            **({"corpus": corpus} if bench_name in ("hotpotqa", "hover") else {}),
+            **({"source": args.source} if bench_name != "ifbench" else {}),
         )
-    except (CorpusUnavailable, ValueError, FileNotFoundError) as exc:
+    except (DataUnavailable, ValueError, FileNotFoundError) as exc:
         block.update(status="unavailable", error=str(exc))
         logger.error("[%s] cannot run: %s", bench_name, exc)
         return
+    if settings["split"] == "paper":
+        _cut_paper_split(bench, args)
     block.update(status="loaded", info=bench.info)
     block.pop("error", None)
     task_lm, prompt_lm, extra_lms = _lms(args, bench)
-    options = json.loads(args.options or "{}")
+    options = settings["options"]
     entries = block["optimizers"]
     for index, name in enumerate(optimizers, 1):
         if entries.get(name, {}).get("status") == "done":
@@ -198,7 +266,7 @@ def run_benchmark(bench_name: str, args, optimizers: list[str], results: dict, o
             index,
             len(optimizers),
             name,
-            args.max_metric_calls,
+            settings["max_metric_calls"],
         )
         cache_dir = "off" if args.cache == "off" else out / "cache" / bench_name / name
         started = time.time()
@@ -211,7 +279,7 @@ def run_benchmark(bench_name: str, args, optimizers: list[str], results: dict, o
                 bench.metric,
                 task_lm=task_lm,
                 prompt_lm=prompt_lm,
-                max_metric_calls=None if name == "baseline" else args.max_metric_calls,
+                max_metric_calls=None if name == "baseline" else settings["max_metric_calls"],
                 seed=args.seed,
                 num_threads=args.num_threads,
                 hint_fn=bench.hint,
@@ -278,7 +346,10 @@ def main(argv: list[str] | None = None) -> int:
     optimizers.insert(0, "baseline")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    config = _config(args, optimizers)
+    try:
+        config = _config(args, optimizers)
+    except LMSpecError as exc:
+        raise SystemExit(f"error: {exc}") from None
     if args.fresh:  # resumable optimizer state and cached LM calls of the old run must not leak in
         import shutil
 

@@ -1,5 +1,7 @@
 """Shared benchmark pieces: data location, splits, normalisation, BM25, LM specs, usage metering."""
 
+import importlib.util
+
 import dspy
 import pytest
 
@@ -7,6 +9,10 @@ from benchmarks import common
 from benchmarks.common import BM25Search, doc_title, normalize_answer, split_examples
 from benchmarks.lms import UsageMeter, make_lm, parse_spec
 from dspy_agentgrad.testing import RuleEngine, fake_lm
+
+needs_bm25s = pytest.mark.skipif(
+    __import__("importlib").util.find_spec("bm25s") is None, reason="the [bench] extra is not installed"
+)
 
 
 @pytest.fixture(autouse=True)
@@ -55,6 +61,7 @@ def test_normalize_answer(text, expected):
     assert normalize_answer(text) == expected
 
 
+@needs_bm25s
 def test_bm25_ranks_and_is_shared_by_copies():
     import copy
 
@@ -131,6 +138,7 @@ def test_usage_meter_counts_cache_hits_without_tokens(tmp_path):
     assert snap["prompt_tokens"] > 0
 
 
+@needs_bm25s
 def test_wiki_search_builds_then_reuses_saved_index(monkeypatch, tmp_path):
     monkeypatch.setenv("AGENTGRAD_CACHE_DIR", str(tmp_path))
     folder = tmp_path / "wiki_abstracts_2017"
@@ -170,3 +178,16 @@ def test_local_lm_is_imported_lazily(monkeypatch):
     module.local_lm = lambda: sentinel
     monkeypatch.setitem(sys.modules, "dspy_agentgrad.embedded_lm", module)
     assert make_lm("local") is sentinel
+
+
+@needs_bm25s
+def test_bm25_stems_like_the_paper_when_pystemmer_is_installed():
+    corpus = ["Alpha | a story about runners", "Beta | the running of the bulls, with running bulls"]
+    plain = BM25Search(corpus, stemmer=None)
+    assert plain.stemmer_name is None and doc_title(plain("runners", 1)[0]) == "Alpha"
+    if importlib.util.find_spec("Stemmer") is None:
+        assert BM25Search(corpus).stemmer_name is None  # runs unstemmed, with a warning
+        return
+    stemmed = BM25Search(corpus)
+    assert stemmed.stemmer_name == "english"
+    assert doc_title(stemmed("run", 1)[0]) == "Beta"  # "run" matches "running" (twice) only when stemmed

@@ -1,5 +1,6 @@
 """The head-to-head harness: dspy.GEPA, dspy.MIPROv2, AgentGrad and the baseline on one fake world."""
 
+import importlib.util
 import threading
 
 import dspy
@@ -9,6 +10,12 @@ from benchmarks import load_benchmark
 from benchmarks.fake_world import BenchWorld, fix_token
 from benchmarks.harness import CountingMetric, OptimizerRun, mipro_plan, run_optimizer, running_best
 from dspy_agentgrad.testing import fake_lm
+
+# the [bench] extra: skipped cleanly when it is not installed
+pytestmark = pytest.mark.skipif(
+    any(importlib.util.find_spec(m) is None for m in ("bm25s",)),
+    reason="the [bench] extra is not installed",
+)
 
 
 @pytest.fixture(autouse=True)

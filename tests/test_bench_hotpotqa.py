@@ -1,5 +1,7 @@
 """HotpotQA: loader, pooled corpus, program on the fake LM, metric, hint."""
 
+import importlib.util
+
 import dspy
 import pytest
 
@@ -8,6 +10,12 @@ from benchmarks.fake_world import BenchWorld, fix_token
 from benchmarks.hotpotqa import HotpotMultiHop, answer_exact_match, hint, make_search
 from benchmarks.hotpotqa.data import offline_splits, pooled_corpus, read_rows
 from dspy_agentgrad.testing import fake_lm
+
+# the [bench] extra: skipped cleanly when it is not installed
+pytestmark = pytest.mark.skipif(
+    any(importlib.util.find_spec(m) is None for m in ("bm25s",)),
+    reason="the [bench] extra is not installed",
+)
 
 
 @pytest.fixture(scope="module")

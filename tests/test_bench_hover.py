@@ -1,5 +1,7 @@
 """HoVer: claim loading, the 3-hop program on a small corpus fixture, metric, hint, missing corpus."""
 
+import importlib.util
+
 import dspy
 import pytest
 
@@ -9,10 +11,16 @@ from benchmarks.hover import HoverMultiHop, discrete_retrieval, hint, load_claim
 from benchmarks.hover.program import K_PER_HOP
 from dspy_agentgrad.testing import fake_lm
 
+# the [bench] extra: skipped cleanly when it is not installed
+pytestmark = pytest.mark.skipif(
+    any(importlib.util.find_spec(m) is None for m in ("bm25s",)),
+    reason="the [bench] extra is not installed",
+)
+
 CLAIM = "The Zorblat Quartet recorded Moonfall Serenade, written by a poet from Quillford."
 TITLES = ["Zorblat Quartet", "Moonfall Serenade", "Quillford"]
 CORPUS = [
-    "Zorblat Quartet | The Zorblat Quartet is a string quartet that recorded many serenades.",
+    "Zorblat Quartet | The Zorblat Quartet is a string quartet that recorded many pieces.",
     "Moonfall Serenade | Moonfall Serenade is a poem set to music by Ivo Brask.",
     "Ivo Brask | Ivo Brask is a poet.",
     "Quillford | Quillford is a town, birthplace of Ivo Brask.",

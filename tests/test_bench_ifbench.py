@@ -1,5 +1,6 @@
 """IFBench: data, offline verifiers (IFBench + IFEval ids), metric, hint, two-stage program."""
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -12,6 +13,12 @@ from benchmarks.common import REPO_ROOT, data_file
 from benchmarks.ifbench import IFBenchTwoStage, constraint_fraction, hint, read_examples
 from benchmarks.ifbench.verifiers import check_constraints, ifbench_registry, ifeval_registry
 from dspy_agentgrad.testing import fake_lm
+
+# the [bench] extra: skipped cleanly when it is not installed
+pytestmark = pytest.mark.skipif(
+    any(importlib.util.find_spec(m) is None for m in ("nltk", "ifbench", "if_verifiable")),
+    reason="the [bench] extra is not installed",
+)
 
 
 def _ex(suite, ids, kwargs, query="Write something."):
@@ -82,8 +89,20 @@ def test_metric_fraction_and_feedback():
     assert full.score == 1.0 and "Violated" not in full.feedback
     assert constraint_fraction(gold, dspy.Prediction(response="")).score == 0.0
     text = hint(gold, "enforce_constraints.predict", dspy.Prediction(response="no animal here"), half.feedback)
-    assert "zebra" in text and "comma" not in text.lower()
+    target, per_module = text.split("\n", 2)[:2], text.split("\n", 2)[2]
+    assert "zebra" in target[1] and "comma" not in target[1].lower()  # the fix names only the violated one
+    assert per_module.startswith("Your final response satisfies 1 of 2")  # then the stage's own feedback
     assert hint(gold, "respond.predict", dspy.Prediction(response="A zebra."), "") is None
+
+
+def test_each_stage_gets_feedback_on_its_own_output():
+    gold = _ex("ifeval", ["keywords:existence"], [{"keywords": ["zebra"]}])
+    pred = dspy.Prediction(draft="A zebra grazes.", response="It grazes.")
+    first = constraint_fraction(gold, pred, None, "respond.predict", None)
+    second = constraint_fraction(gold, pred, None, "enforce_constraints.predict", None)
+    assert first.score == second.score == 0.0  # the score is always the final response's
+    assert first.feedback.startswith("Your draft response satisfies 1 of 1")
+    assert second.feedback.startswith("Your final response satisfies 0 of 1")
 
 
 def test_ifbench_test_constraint():

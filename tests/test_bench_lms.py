@@ -164,3 +164,10 @@ def test_router_spreads_calls_over_servers_and_fails_over_from_a_broken_one():
     assert broken_hits <= 2  # the broken server is cooled down after failing, not retried on every call
     assert all(b["temperature"] == 0.6 and b["top_k"] == 20 for b in bodies)
     assert all(b["chat_template_kwargs"] == {"enable_thinking": False} for b in bodies)
+
+
+def test_runner_rejects_a_bad_spec_with_a_message(tmp_path):
+    from benchmarks import run
+
+    with pytest.raises(SystemExit, match="api_key_env"):
+        run.main(["--bench", "pupa", "--task-lm", '{"model": "openai/x", "api_key": "sk-1"}', "--out", str(tmp_path)])

@@ -1,10 +1,17 @@
 """The runner end to end on the fake LM: JSON + Markdown + PNG, resume, missing corpus, tables."""
 
+import importlib.util
 import json
 
 import pytest
 
 from benchmarks import harness, run, tables
+
+# the [bench] extra: skipped cleanly when it is not installed
+pytestmark = pytest.mark.skipif(
+    any(importlib.util.find_spec(m) is None for m in ("bm25s", "matplotlib")),
+    reason="the [bench] extra is not installed",
+)
 
 
 @pytest.fixture(autouse=True)

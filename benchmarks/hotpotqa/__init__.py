@@ -6,7 +6,7 @@ import logging
 from collections.abc import Callable, Sequence
 
 from benchmarks.common import BM25Search, CorpusUnavailable, wiki_abstracts_search
-from benchmarks.hotpotqa.data import offline_splits, online_splits, pooled_corpus, read_rows
+from benchmarks.hotpotqa.data import offline_splits, online_splits, paper_splits, pooled_corpus, read_rows
 from benchmarks.hotpotqa.metric import answer_exact_match, hint
 from benchmarks.hotpotqa.program import K_PER_HOP, HotpotMultiHop
 from benchmarks.registry import Benchmark
@@ -48,12 +48,20 @@ def load_benchmark(
     corpus: str | Sequence[str] = "auto",
     source: str = "offline",
     k: int = K_PER_HOP,
+    split: str = "seeded",
 ) -> Benchmark:
     """The HotpotQA benchmark. ``source="offline"``: the shared distractor sample, split by ``seed``;
-    ``"online"``: HotpotQA train (train/val) and dev (test) through ``dspy.datasets.HotPotQA``."""
+    ``"online"``: HotpotQA train (train/val) and dev (test) through ``dspy.datasets.HotPotQA``, or with
+    ``split="paper"`` the GEPA paper code's split of HotpotQA train (sizes fixed at 150/300/300)."""
     test = 300 if test is None else test
     rows = None
-    if source == "offline":
+    if split == "paper" and source == "online":
+        trainset, valset, testset = paper_splits()
+        if corpus == "auto":
+            corpus = "wiki"
+    elif split == "paper":
+        raise ValueError("the paper's HotpotQA split needs HotpotQA train: use --source online")
+    elif source == "offline":
         (trainset, valset, testset), rows = offline_splits(train, val, test, seed)
     elif source == "online":
         trainset, valset, testset = online_splits(train, val, test, seed)
@@ -68,6 +76,7 @@ def load_benchmark(
         "corpus_note": CORPUS_NOTES[corpus_name],
         "corpus_size": len(search),
         "k_per_hop": k,
+        "split": "paper (GEPA artifact)" if split == "paper" else f"seeded ({seed})",
         "split_seed": seed,
         "sizes": {"train": len(trainset), "val": len(valset), "test": len(testset)},
         "metric": "exact match after answer normalisation",

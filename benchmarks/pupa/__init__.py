@@ -27,16 +27,17 @@ def load_benchmark(
     train: int = PAPER_SPLIT[0],
     val: int = PAPER_SPLIT[1],
     test: int | None = PAPER_SPLIT[2],
-    seed: int | None = None,
+    seed: int = 0,
     source: str = "offline",
+    split: str = "seeded",
     **_ignored,
 ) -> Benchmark:
-    """PUPA_New split into train/val/test. ``seed=None``: the paper's split (file order: the first
-    ``train`` rows, the next ``val``, then ``test``); an integer shuffles first. PUPA_TNB is left out
-    (for transfer: ``load_subset("tnb")``)."""
+    """PUPA_New split into train/val/test: shuffled with ``seed``, or with ``split="paper"`` the GEPA
+    paper's split (file order: the first ``train`` rows, the next ``val``, then ``test``; 111/111/221).
+    PUPA_TNB is left out (for transfer: ``load_subset("tnb")``)."""
     test = PAPER_SPLIT[2] if test is None else test
     rows = load_subset("new", source=source)
-    if seed is None:
+    if split == "paper":
         if train + val + test > len(rows):
             raise ValueError(f"PUPA_New has {len(rows)} rows; {train}+{val}+{test} requested")
         trainset, valset, testset = rows[:train], rows[train : train + val], rows[train + val : train + val + test]
@@ -51,7 +52,7 @@ def load_benchmark(
     info = {
         "source": f"PUPA_New ({'shared CSV' if source == 'offline' else 'online'}); PUPA_TNB kept for transfer",
         "corpus": None,
-        "split": "paper (file order 111/111/221)" if seed is None else f"shuffled with seed {seed}",
+        "split": "paper (file order)" if split == "paper" else f"seeded ({seed})",
         "split_seed": seed,
         "sizes": {"train": len(trainset), "val": len(valset), "test": len(testset)},
         "metric": "(quality + (1 - leakage)) / 2, LLM judge (quality both ways round; PII units leaked)",
