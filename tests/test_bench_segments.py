@@ -38,6 +38,7 @@ def _agentgrad(bench, world, log_dir, budget):
 
 
 def test_a_rerun_on_the_same_log_dir_reports_the_totals_of_every_segment(tmp_path):
+    pytest.importorskip("bm25s", reason="HotpotQA retrieval needs the [bench] extra")
     bench = load_benchmark("hotpotqa", train=8, val=6, test=6, seed=0, corpus="pooled")
     world = BenchWorld(bench.trainset + bench.valset + bench.testset)
     first = _agentgrad(bench, world, tmp_path, 60)
