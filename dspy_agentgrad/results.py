@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -100,6 +101,29 @@ class RoundRecord:
     metric_calls: int = 0
     explained_single: int = 0
     explained_cumulative: int = 0
+
+
+def why_unchanged(rounds: list[dict], candidates: list[dict], stop_reason: str) -> str:
+    """One sentence on why no rewrite was kept, from a run's round and candidate records (as dicts)."""
+    if not rounds:
+        return f"no round ran ({stop_reason})."
+    failures = sum(r["failures"] for r in rounds)
+    if failures == 0:
+        return "no training example failed, so there was nothing to learn from."
+    if sum(sum(r["attributed"].values()) for r in rounds) == 0:
+        return (
+            f"none of the {failures} failures could be attributed: no hinted re-run (single or cumulative) "
+            "reached the fix threshold, so every failure was a hard case. Check that the hints tell a "
+            "predictor what a correct run needs, that the task LM follows them, or lower fix_threshold "
+            "for a graded metric."
+        )
+    if sum(r["gradients"] for r in rounds) == 0:
+        return "failures were attributed, but the prompt LM wrote no usable gradient (see prompt_role_failures)."
+    if not candidates:
+        return "gradients were written, but no cluster reached the minimum cluster size before the run stopped."
+    reasons = Counter(c["reason"] for c in candidates)
+    listed = ", ".join(f"{n} {reason}" for reason, n in reasons.items())
+    return f"{len(candidates)} rewrite(s) were judged and none won both stages ({listed})."
 
 
 def paid_totals(segments: list[dict]) -> dict:
@@ -231,6 +255,13 @@ class AgentGradResult:
         data["hard_cases_total"] = self.hard_cases
         return to_jsonable(data)
 
+    def why_unchanged(self) -> str | None:
+        """Why the program came back unchanged, or None when a rewrite was kept."""
+        if self.accepted:
+            return None
+        data = self.to_dict()
+        return why_unchanged(data["rounds"], data["candidates"], self.stop_reason)
+
     def to_markdown(self) -> str:
         lines = [
             "# AgentGrad run",
@@ -239,6 +270,7 @@ class AgentGradResult:
             f"- metric calls: {self.metric_calls}" + (f" of {self.max_metric_calls}" if self.max_metric_calls else ""),
             f"- rounds: {len(self.rounds)}; stop: {self.stop_reason}; wall time: {self.wall_time_s:.1f} s"
             + (f" over {len(self.segments)} segments (resumed)" if len(self.segments) > 1 else ""),
+            *([f"- unchanged: {self.why_unchanged()}"] if self.why_unchanged() else []),
             f"- paid over all segments: {self.paid.get('metric_calls', self.metric_calls)} metric calls; "
             f"task LM {self.paid.get('task', {})}; prompt LM {self.paid.get('prompt', {})}",
             f"- task LM: {self.usage.get('task', {})}; prompt LM: {self.usage.get('prompt', {})}",

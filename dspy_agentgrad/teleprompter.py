@@ -532,6 +532,9 @@ class AgentGrad(Teleprompter):
             engine.best_val_score or 0.0,
         )
         outcome = snapshot()
+        unchanged = outcome.why_unchanged()
+        if unchanged:
+            logger.warning("AgentGrad returns the program unchanged: %s", unchanged)
         program = _with_instructions(student, outcome.final_instructions)
         if self.config.track_stats:
             program.detailed_results = outcome

@@ -9,6 +9,7 @@ import pytest
 from world import Pipeline, World, dumps, feedback_metric, instructions, make_data, metric, partial_metric, world_lm
 
 from dspy_agentgrad import AgentGrad, AgentGradResult, MetricError, auto_budget, default_hint
+from dspy_agentgrad.testing import fake_lm
 
 FAST = dict(retry_backoff_s=0, progress=False)
 
@@ -391,3 +392,29 @@ def test_valset_is_split_from_trainset_when_missing(world):
     train = make_data({"extract": 3, "none": 3})
     result = optimizer(max_rounds=1).compile(Pipeline(), trainset=train).detailed_results
     assert result.metric_calls >= 2 and result.initial_val_score is not None
+
+
+def test_an_unchanged_program_comes_with_the_reason(caplog):
+    """A task LM that ignores hints leaves every failure a hard case: the result and the log say so."""
+
+    class Two(dspy.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = dspy.Predict("q -> x")
+            self.b = dspy.Predict("q, x -> y")
+
+        def forward(self, q):
+            return self.b(q=q, x=self.a(q=q).x)
+
+    dspy.configure(lm=fake_lm(lambda call: {f: "wrong" for f in call.output_fields}))
+    data = [dspy.Example(q=f"q{i}", y=f"y{i}").with_inputs("q") for i in range(8)]
+    with caplog.at_level("WARNING", logger="dspy_agentgrad"):
+        result = (
+            optimizer(lambda e, p: float(p.y == e.y), max_rounds=2)
+            .compile(Two(), trainset=data[:5], valset=data[5:])
+            .detailed_results
+        )
+    assert not result.accepted and result.hard_cases == 10
+    assert "every failure was a hard case" in result.why_unchanged()
+    assert "unchanged: none of the 10 failures could be attributed" in result.to_markdown()
+    assert any("returns the program unchanged" in r.getMessage() for r in caplog.records)

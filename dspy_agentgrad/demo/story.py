@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections import Counter
+from ..results import why_unchanged
 
 
 def _clip(text: object, width: int = 110) -> str:
@@ -12,26 +12,6 @@ def _clip(text: object, width: int = 110) -> str:
 
 def _score(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
-
-
-def _why_unchanged(summary: dict) -> str:
-    """One sentence on why no rewrite was kept, from what the run recorded."""
-    rounds, candidates = summary["rounds"], summary["candidates"]
-    attributed = sum(sum(r["attributed"].values()) for r in rounds)
-    if not rounds:
-        return f"no round ran ({summary['stop_reason']})."
-    if attributed == 0:
-        return (
-            "no failure could be attributed: no single-predictor hint raised a failed example to the fix "
-            "threshold, so every failure was a hard case and there was nothing to learn from."
-        )
-    if sum(r["gradients"] for r in rounds) == 0:
-        return "failures were attributed, but the prompt LM wrote no usable gradient."
-    if not candidates:
-        return "gradients were written, but no cluster reached the minimum cluster size before the run stopped."
-    reasons = Counter(c["reason"] for c in candidates)
-    listed = ", ".join(f"{n} {reason}" for reason, n in reasons.items())
-    return f"{len(candidates)} rewrite(s) were judged and none won both stages ({listed})."
 
 
 def report(summary: dict) -> str:
@@ -92,6 +72,9 @@ def report(summary: dict) -> str:
             if text != summary["initial_instructions"][name]:
                 lines.append(f"  {name}: {_clip(text, 200)}")
     else:
-        lines.append("Kept: nothing; the program is unchanged: " + _why_unchanged(summary))
+        lines.append(
+            "Kept: nothing; the program is unchanged: "
+            + why_unchanged(summary["rounds"], summary["candidates"], summary["stop_reason"])
+        )
     lines.append("=" * 78)
     return "\n".join(lines)
