@@ -7,6 +7,7 @@ import functools
 import io
 import logging
 import random
+import sys
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -355,14 +356,26 @@ class AgentGrad(Teleprompter):
             max_calls = auto_budget(self.config.auto, len(names), len(valset))
         return names, trainset, valset, max_calls, max_rounds
 
-    def _estimator(self, names: list[str], n_train: int, n_val: int, max_calls: int | None, max_rounds: int | None):
-        """sample stats -> :class:`Estimate` for this run's sizes, caps and models."""
+    def _estimator(
+        self,
+        names: list[str],
+        n_train: int,
+        n_val: int,
+        max_calls: int | None,
+        max_rounds: int | None,
+        priced: bool = True,
+    ):
+        """sample stats -> :class:`Estimate` for this run's sizes, caps and models.
+
+        ``priced=False`` leaves USD out: pricing needs litellm's price table, whose import costs
+        seconds of CPU, too much for the log line at the start of every compile.
+        """
         task, prompt = self._lms()
         prices = {}
         for role, lm in (("task", task), ("prompt", prompt)):
             try:
                 with contextlib.redirect_stdout(io.StringIO()):  # litellm prints a banner for unknown models
-                    prices[role] = price_function(lm)
+                    prices[role] = price_function(lm) if priced else None
             except ValueError:
                 prices[role] = None
         trainable = set(names) - self.config.frozen(names)
@@ -494,7 +507,7 @@ class AgentGrad(Teleprompter):
             )
 
         start_estimate = StartEstimate(
-            self._estimator(names, len(trainset), len(valset), max_calls, max_rounds),
+            self._estimator(names, len(trainset), len(valset), max_calls, max_rounds, priced="litellm" in sys.modules),
             lambda: engine.evaluator.ledger.by_phase["validate"],
             self.config.max_score,
         )

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import copy
+import functools
 import logging
 import threading
 import traceback
@@ -192,6 +193,19 @@ def hinted_instruction(instruction: str, hint: str) -> str:
     return f"{instruction}\n\n{HINT_HEADER}\n{hint}"
 
 
+@functools.lru_cache(maxsize=4096)
+def instructed(signature: type[dspy.Signature], instruction: str, hint_field: bool = False) -> type[dspy.Signature]:
+    """``signature`` under ``instruction`` (plus the hint input field), built once per pair.
+
+    Building a signature class is a pydantic model construction; doing it on every predictor
+    call cost more CPU than the rest of the orchestration together.
+    """
+    built = signature.with_instructions(instruction)
+    if hint_field and HINT_FIELD not in built.input_fields:
+        built = built.append(HINT_FIELD, dspy.InputField(desc=HINT_FIELD_DESC), str)
+    return built
+
+
 def hinted_call(signature: type[dspy.Signature], instruction: str, hint: str, delivery: str, kwargs: dict):
     """The signature and inputs of a hinted call.
 
@@ -201,10 +215,7 @@ def hinted_call(signature: type[dspy.Signature], instruction: str, hint: str, de
     """
     if delivery == "instruction":
         return signature.with_instructions(hinted_instruction(instruction, hint)), kwargs
-    hinted = signature.with_instructions(instruction)
-    if HINT_FIELD not in hinted.input_fields:
-        hinted = hinted.append(HINT_FIELD, dspy.InputField(desc=HINT_FIELD_DESC), str)
-    return hinted, {**kwargs, HINT_FIELD: hint}
+    return instructed(signature, instruction, hint_field=True), {**kwargs, HINT_FIELD: hint}
 
 
 def rebuild_prediction(signature: type[dspy.Signature], outputs: dict[str, Any]) -> dspy.Prediction:
@@ -264,7 +275,7 @@ class _Call:
         if hint:
             signature, inputs = hinted_call(base, instruction, hint, self.delivery, kwargs)
             return {**inputs, "signature": signature}
-        return {**kwargs, "signature": base.with_instructions(instruction)}
+        return {**kwargs, "signature": instructed(base, instruction)}
 
     def failed(self, error: BaseException) -> None:
         self.control.predictor_error(error)
