@@ -259,10 +259,10 @@ class AgentGradResult:
         """Why the program came back unchanged, or None when a rewrite was kept."""
         if self.accepted:
             return None
-        data = self.to_dict()
-        return why_unchanged(data["rounds"], data["candidates"], self.stop_reason)
+        return why_unchanged([asdict(r) for r in self.rounds], [asdict(c) for c in self.candidates], self.stop_reason)
 
     def to_markdown(self) -> str:
+        unchanged = self.why_unchanged()
         lines = [
             "# AgentGrad run",
             "",
@@ -270,7 +270,7 @@ class AgentGradResult:
             f"- metric calls: {self.metric_calls}" + (f" of {self.max_metric_calls}" if self.max_metric_calls else ""),
             f"- rounds: {len(self.rounds)}; stop: {self.stop_reason}; wall time: {self.wall_time_s:.1f} s"
             + (f" over {len(self.segments)} segments (resumed)" if len(self.segments) > 1 else ""),
-            *([f"- unchanged: {self.why_unchanged()}"] if self.why_unchanged() else []),
+            *([f"- unchanged: {unchanged}"] if unchanged else []),
             f"- paid over all segments: {self.paid.get('metric_calls', self.metric_calls)} metric calls; "
             f"task LM {self.paid.get('task', {})}; prompt LM {self.paid.get('prompt', {})}",
             f"- task LM: {self.usage.get('task', {})}; prompt LM: {self.usage.get('prompt', {})}",
