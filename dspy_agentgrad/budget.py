@@ -91,6 +91,11 @@ class Budget:
                 )
             self.metric_calls += n
 
+    def refund(self, n: int) -> None:
+        """Give back ``n`` charged metric calls that turned out not to be made."""
+        with self._lock:
+            self.metric_calls -= n
+
     def reserve(self, key: str, tokens_bound: int, cost_bound: float = 0.0, batch: Any = None) -> Reservation | None:
         """Admit a prompt-LM call of at most ``tokens_bound`` tokens (``cost_bound`` USD), or raise.
 

@@ -228,7 +228,8 @@ class RoundEngine:
                 continue
             earliest = min(run_order.index(t) for t in targets)
             replay = [step for step in outcome.steps if step.name in run_order[:earliest]]
-            jobs.append((index, hints, Intervention(examples[index], {t: h.text for t, h in hints.items()}, replay)))
+            texts = {t: h.text for t, h in hints.items()}
+            jobs.append((index, hints, Intervention(examples[index], texts, replay, outcome)))
         if not jobs:
             return []
         results = self.evaluator.intervene(self.instructions, [job for _, _, job in jobs])

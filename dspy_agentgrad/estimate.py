@@ -6,9 +6,10 @@ costs (task-LM calls and tokens, seconds), how often it fails, how many hinted r
 a failure takes, and how blame splits over the predictors. At the start of
 ``compile`` the same projection is logged from the first validation pass alone (no
 extra spend; hints and blame then take their defaults: half the predictors plus one,
-an even split). A round pays for the batch's runs not cached yet, the hints of its
+an even split, and no run reused). A round pays for the batch's runs not cached yet, the hints of its
 failures, and per cluster a rewrite checked on the cluster and, when it wins there,
-on the validation set. The projection plays the rounds forward under the assumption
+on the validation set; of those checks, the share the sample's hinted runs reused
+(output unchanged) is taken to cost no metric call. The projection plays the rounds forward under the assumption
 ``CLUSTER_WIN_RATE`` and stops where the run stops: ``max_rounds``, the budget, no
 failure left, or rounds without a new program run.
 
@@ -46,6 +47,9 @@ class SampleStats:
     seconds: float = 0.0
     hints_per_failure: float | None = None  # hinted runs per failure, when attribution was sampled
     blame: dict[str, float] | None = None  # share of failures attributed to each predictor, likewise
+    # share of hinted runs whose output came out as the unhinted run's (their score reused, no metric
+    # call): how often a change to one predictor leaves the program's output as it was
+    reuse_rate: float = 0.0
 
     def per_run(self, key: str) -> float:
         return self.task_usage.get(key, 0) / self.runs if self.runs else 0.0
@@ -128,7 +132,7 @@ def project_calls(
             if pool >= max(minimum, 0.5):
                 # its cluster under the rewrite; under the current program again when an earlier rewrite
                 # of the round changed it; the validation set when it wins on its cluster
-                spent += pool + CLUSTER_WIN_RATE * (pool + n_val)
+                spent += (1 - sample.reuse_rate) * (pool + CLUSTER_WIN_RATE * (pool + n_val))
                 candidates, fixed_share, waiting[name] = candidates + 1, fixed_share + blame.get(name, 0.0), 0.0
             else:
                 waiting[name] = pool

@@ -5,6 +5,13 @@ instructions, the example, and for an intervention the hinted predictor and the
 hint); a key seen before in this run is free, a key first seen in this run is
 charged once, whether it is computed now or replayed from ``log_dir`` after a
 resume. That makes a resumed run spend exactly what the uninterrupted run spends.
+
+With ``reuse`` on, each run names a reference (:class:`tracing.Reference`): for a plain
+run, the earlier run of the same example whose instructions differ in the fewest
+predictors; for an intervention, the run it intervenes on. A run whose program output
+equals its reference's takes that score without a metric call, and its charge is given
+back. References are chosen from batches already settled, in request order, so the
+choice and the metric calls are the same at any thread count and after a resume.
 """
 
 from __future__ import annotations
@@ -22,18 +29,24 @@ from .jsonable import digest, example_key
 from .paid_work import PaidWork
 from .parallel import parallel_map
 from .store import Memo
-from .tracing import Outcome, ProgramRunner, Step, check_first_runs
+from .tracing import Outcome, ProgramRunner, Reference, Step, check_first_runs
 from .usage import UsageLedger
+
+
+#: Earlier plain runs kept per example as candidate references.
+REFERENCES_KEPT = 6
 
 
 @dataclass
 class Intervention:
     """Re-run ``example`` with ``hints`` (predictor name -> hint) given to every call of those
-    predictors; the calls in ``replay`` (of predictors that ran before them) are replayed."""
+    predictors; the calls in ``replay`` (of predictors that ran before them) are replayed.
+    ``original`` is the run intervened on (same instructions, no hints)."""
 
     example: dspy.Example
     hints: dict[str, str]
     replay: list[Step]
+    original: Outcome | None = None
 
 
 @dataclass
@@ -70,13 +83,24 @@ def eval_key(instructions: dict[str, str], example: dspy.Example) -> str:
 class Evaluator:
     """Scored program runs, each one metric call, charged before they start."""
 
-    def __init__(self, runner: ProgramRunner, memo: Memo, budget: Budget, ledger: UsageLedger, num_threads: int = 1):
+    def __init__(
+        self,
+        runner: ProgramRunner,
+        memo: Memo,
+        budget: Budget,
+        ledger: UsageLedger,
+        num_threads: int = 1,
+        reuse: bool = True,
+    ):
         self.runner = runner
         self.work: PaidWork[Outcome] = PaidWork(memo, Outcome.to_dict, Outcome.from_dict)
         self.budget = budget
         self.ledger = ledger
         self.num_threads = num_threads
+        self.reuse = reuse
+        self.reused = 0  # runs that took their reference's score instead of a metric call
         self.errors: Counter[str] = Counter()
+        self._history: dict[str, list[tuple[dict[str, str], Outcome]]] = {}
         self._lock = threading.Lock()
         self._first_runs_checked = False
 
@@ -91,12 +115,20 @@ class Evaluator:
         self, requests: list[tuple[dict[str, str], list[dspy.Example]]], phase: str
     ) -> list[list[Outcome]]:
         """Several (instructions, examples) evaluations as one batch: one charge, one parallel map."""
+        plain = [(instructions, ex) for instructions, examples in requests for ex in examples]
         jobs = [
-            (eval_key(instructions, ex), lambda ex=ex, ins=instructions: self.runner.run(ex, ins))
-            for instructions, examples in requests
-            for ex in examples
+            (
+                eval_key(instructions, ex),
+                lambda ex=ex, ins=instructions, ref=self._reference(instructions, ex): self.runner.run(
+                    ex, ins, reference=ref
+                ),
+            )
+            for instructions, ex in plain
         ]
         flat = self._run(jobs, phase)
+        if self.reuse:
+            for (instructions, ex), outcome in zip(plain, flat):
+                self._remember(instructions, ex, outcome)
         out, start = [], 0
         for _instructions, examples in requests:
             out.append(flat[start : start + len(examples)])
@@ -138,11 +170,38 @@ class Evaluator:
         jobs = [
             (
                 f"hint:{sk}:{example_key(it.example)}:{digest(it.hints)}",
-                lambda it=it: self.runner.run(it.example, instructions, hints=it.hints, replay=it.replay),
+                lambda it=it: self.runner.run(
+                    it.example,
+                    instructions,
+                    hints=it.hints,
+                    replay=it.replay,
+                    reference=Reference(it.original, frozenset(it.hints))
+                    if self.reuse and it.original is not None and it.original.error is None
+                    else None,
+                ),
             )
             for it in items
         ]
         return self._run(jobs, phase)
+
+    def _reference(self, instructions: dict[str, str], example: dspy.Example) -> Reference | None:
+        """The kept run of ``example`` whose instructions differ from ``instructions`` in the fewest
+        predictors (the latest among equals), with those predictors; None when reuse is off or none is kept."""
+        best: Reference | None = None
+        for kept, outcome in self._history.get(example_key(example), []) if self.reuse else []:
+            changed = frozenset(n for n in set(instructions) | set(kept) if instructions.get(n) != kept.get(n))
+            if best is None or len(changed) <= len(best.changed):
+                best = Reference(outcome, changed)
+        return best
+
+    def _remember(self, instructions: dict[str, str], example: dspy.Example, outcome: Outcome) -> None:
+        if outcome.error is not None:
+            return
+        kept = self._history.setdefault(example_key(example), [])
+        if any(ins == instructions for ins, _ in kept):
+            return
+        kept.append((instructions, outcome))
+        del kept[:-REFERENCES_KEPT]
 
     def cost(self, instructions: dict[str, str], examples: list[dspy.Example]) -> int:
         """Metric calls that evaluating ``examples`` under ``instructions`` would charge now."""
@@ -157,6 +216,10 @@ class Evaluator:
             outcome, new = self.work.settle(key, thunks[key])
             if new:
                 self._count(outcome, phase)
+                if not outcome.scored:  # its output equals its reference's: no metric call was made
+                    self.budget.refund(1)
+                    with self._lock:
+                        self.reused += 1
             return outcome
 
         parallel_map(settle, fresh, self.num_threads)

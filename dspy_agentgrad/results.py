@@ -164,6 +164,7 @@ class AgentGradResult:
     val_history: list[tuple[int, float]] = field(default_factory=list)
     metric_calls: int = 0
     max_metric_calls: int | None = None
+    reused_runs: int = 0  # program runs whose output equalled an earlier run's: its score taken, no metric call
     usage: dict = field(default_factory=dict)
     program_errors: dict[str, int] = field(default_factory=dict)
     prompt_role_failures: dict[str, int] = field(default_factory=dict)
@@ -208,6 +209,7 @@ class AgentGradResult:
             val_history=list(engine.val_history),
             metric_calls=budget.metric_calls,
             max_metric_calls=budget.max_metric_calls,
+            reused_runs=engine.evaluator.reused,
             usage=usage,
             program_errors=dict(engine.evaluator.errors),
             prompt_role_failures=dict(engine.proposer.failures),
@@ -267,7 +269,9 @@ class AgentGradResult:
             "# AgentGrad run",
             "",
             f"- validation score: {self.initial_val_score:.4f} -> {self.best_val_score:.4f}",
-            f"- metric calls: {self.metric_calls}" + (f" of {self.max_metric_calls}" if self.max_metric_calls else ""),
+            f"- metric calls: {self.metric_calls}"
+            + (f" of {self.max_metric_calls}" if self.max_metric_calls else "")
+            + (f"; {self.reused_runs} more runs reused an earlier run's score" if self.reused_runs else ""),
             f"- rounds: {len(self.rounds)}; stop: {self.stop_reason}; wall time: {self.wall_time_s:.1f} s"
             + (f" over {len(self.segments)} segments (resumed)" if len(self.segments) > 1 else ""),
             *([f"- unchanged: {unchanged}"] if unchanged else []),

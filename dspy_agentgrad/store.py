@@ -119,8 +119,8 @@ class Segment:
     def add(self, key: str, value: Any, at: float) -> None:
         usage = value.get("usage") if isinstance(value, dict) else None
         bucket = self.prompt if key.startswith(PROMPT_KEY_PREFIX) else self.task
-        if not key.startswith(PROMPT_KEY_PREFIX):
-            self.metric_calls += 1
+        if not key.startswith(PROMPT_KEY_PREFIX) and not (isinstance(value, dict) and value.get("scored") is False):
+            self.metric_calls += 1  # a run that took its reference's score made no metric call
         for name in bucket:
             number = (usage or {}).get(name, 0)
             bucket[name] += int(number) if isinstance(number, (int, float)) else 0

@@ -193,6 +193,7 @@ class AgentGrad(Teleprompter):
         eval_chunk_size: int = _DEFAULTS.eval_chunk_size,
         max_field_chars: int = _DEFAULTS.max_field_chars,
         max_instruction_chars: int = _DEFAULTS.max_instruction_chars,
+        reuse_calls: bool = _DEFAULTS.reuse_calls,
         callbacks: list[Any] | None = None,
         progress: bool = True,
         optimize_predictors: list[str] | None = _DEFAULTS.optimize_predictors,
@@ -252,6 +253,7 @@ class AgentGrad(Teleprompter):
             eval_chunk_size=eval_chunk_size,
             max_field_chars=max_field_chars,
             max_instruction_chars=max_instruction_chars,
+            reuse_calls=reuse_calls,
         )
         self.config.validate()
         if use_mlflow:
@@ -299,6 +301,7 @@ class AgentGrad(Teleprompter):
             budget,
             ledger,
             self.config.num_threads,
+            self.config.reuse_calls,
         )
         price = price_function(prompt) if self.config.max_prompt_cost is not None else None
         proposer = Proposer(
@@ -424,7 +427,8 @@ class AgentGrad(Teleprompter):
         seconds = time.time() - started
         failures = sum(o.score < self.config.max_score for o in outcomes)
         ledger = engine.evaluator.ledger.to_dict()
-        runs = engine.evaluator.budget.metric_calls
+        runs, reused = engine.evaluator.budget.metric_calls, engine.evaluator.reused
+        hinted = runs + reused - len(sample)
         stats = SampleStats(
             runs=runs,
             failure_rate=failures / len(sample),
@@ -432,6 +436,7 @@ class AgentGrad(Teleprompter):
             seconds=seconds,
             hints_per_failure=(runs - len(sample)) / failures if failures else None,
             blame={name: n / failures for name, n in report.counts().items()} if failures else None,
+            reuse_rate=reused / hinted if hinted > 0 else 0.0,
         )
         return self._estimator(names, len(trainset), len(valset), max_calls, max_rounds)(stats)
 

@@ -15,6 +15,13 @@ threads inside the program: a call of a predictor that ran before the hinted one
 back the live ``Prediction`` it returned in this process (types intact) or, after a
 resume, one rebuilt from the signature's output types; a call that cannot be replayed
 runs live and is counted.
+
+A run may also name a :class:`Reference`: an earlier run of the same example. Calls of
+predictors whose instruction and hint are the same in both runs, with the same inputs,
+reuse that run's answers instead of calling the LM again; a run whose program output
+comes out equal to the reference's takes the reference's score without calling the
+metric (it is not a metric call). Under a deterministic LM and metric this is exactly
+what the full run would give, at the price of only the calls whose inputs changed.
 """
 
 from __future__ import annotations
@@ -89,6 +96,8 @@ class Outcome:
     usage: dict[str, int] = field(default_factory=empty_usage)
     attempts: int = 1
     replay_misses: int = 0
+    scored: bool = True  # False: the program output equals its reference run's, whose score it took
+
 
     def order(self) -> list[str]:
         """Predictor names in order of first call in this run."""
@@ -107,7 +116,7 @@ class Outcome:
         return calls[0] if calls else None
 
     def to_dict(self) -> dict:
-        return {
+        data = {
             "score": self.score,
             "feedback": self.feedback,
             "error": self.error,
@@ -117,6 +126,9 @@ class Outcome:
             "attempts": self.attempts,
             "replay_misses": self.replay_misses,
         }
+        if not self.scored:
+            data["scored"] = False
+        return data
 
     @classmethod
     def from_dict(cls, data: dict) -> Outcome:
@@ -129,7 +141,21 @@ class Outcome:
             usage=data.get("usage", empty_usage()),
             attempts=data.get("attempts", 1),
             replay_misses=data.get("replay_misses", 0),
+            scored=data.get("scored", True),
         )
+
+
+@dataclass
+class Reference:
+    """An earlier run of the same example, and the predictors whose instruction or hint differs from it."""
+
+    outcome: Outcome
+    changed: frozenset[str]
+
+    def reusable_steps(self, replayed: Iterable[Step] = ()) -> list[Step]:
+        """The calls of unchanged predictors, except those already in the run's strict replay."""
+        taken = {id(step) for step in replayed}
+        return [s for s in self.outcome.steps if s.name not in self.changed and id(s) not in taken]
 
 
 def _inputs_key(name: str, inputs: dict[str, Any]) -> str:
@@ -144,15 +170,18 @@ class RunControl:
         instructions: dict[str, str],
         hints: dict[str, str] | None = None,
         replay: Iterable[Step] = (),
+        reuse: Iterable[Step] = (),
     ):
+        """``replay``: calls that must be replayed (a miss is counted); ``reuse``: calls that may be."""
         self.instructions = instructions
         self.hints = dict(hints or {})
-        replay = list(replay)
+        replay, reuse = list(replay), list(reuse)
         self._lock = threading.Lock()
         self._replay: dict[str, list[Step]] = defaultdict(list)
-        for step in replay:
+        for step in replay + reuse:
             self._replay[_inputs_key(step.name, step.inputs)].append(step)
         self.replay_names = frozenset(step.name for step in replay)
+        self.reuse_names = frozenset(step.name for step in reuse)
         self._next_call: dict[str, int] = defaultdict(int)
         self._sequence = 0
         self._recorded: list[tuple[int, Step]] = []
@@ -253,12 +282,14 @@ class _Call:
         self.delivery = delivery
 
     def replay(self) -> dspy.Prediction | None:
-        if self.name not in self.control.replay_names:
+        strict = self.name in self.control.replay_names
+        if not strict and self.name not in self.control.reuse_names:
             return None
         step = self.control.take_replay(self.name, self.inputs)
         prediction = _replayed(self.predictor, step) if step is not None else None
         if prediction is None:
-            self.control.missed_replay()
+            if strict:
+                self.control.missed_replay()
             return None
         trace = dspy.settings.trace
         if trace is not None:
@@ -402,12 +433,16 @@ class ProgramRunner:
         *,
         hints: dict[str, str] | None = None,
         replay: Iterable[Step] = (),
+        reference: Reference | None = None,
     ) -> Outcome:
+        """One scored run; ``replay``: calls that must be replayed; ``reference``: an earlier run to reuse."""
         attempt = 0
         total_usage = empty_usage()
+        replay = list(replay)
+        reuse = reference.reusable_steps(replay) if reference is not None else []
         while True:
             attempt += 1
-            control = RunControl(dict(instructions), hints, replay)
+            control = RunControl(dict(instructions), hints, replay, reuse)
             lm = {"lm": self.task_model} if self.task_model else {}
             try:
                 with track() as usage, dspy.context(trace=[], **{CONTROL_KEY: control}, **lm):
@@ -430,16 +465,19 @@ class ProgramRunner:
                     kind = "program:" + type(error).__name__
                 outcome = Outcome(0.0, f"The program failed: {kind}: {error}", kind, steps, {}, total_usage, attempt)
             else:
-                outcome = self._score(example, prediction, steps, total_usage, attempt)
+                outcome = self._score(example, prediction, steps, total_usage, attempt, reference)
             outcome.replay_misses = control.replay_misses
             return outcome
 
-    def _score(self, example, prediction, steps, total_usage, attempts) -> Outcome:
+    def _score(self, example, prediction, steps, total_usage, attempts, reference=None) -> Outcome:
         outputs = (
             to_jsonable(dict(prediction.items()))
             if hasattr(prediction, "items")
             else {"output": to_jsonable(prediction)}
         )
+        known = reference.outcome if reference is not None else None
+        if known is not None and known.error is None and outputs == known.outputs:
+            return Outcome(known.score, known.feedback, None, steps, outputs, total_usage, attempts, scored=False)
         attempt = 0
         while True:
             attempt += 1

@@ -38,7 +38,7 @@ def uninterrupted(tmp_path_factory):
     return result, len((base / "ledger").read_text().splitlines())
 
 
-@pytest.mark.parametrize("kill_at", ["metric:5", "metric:40", "gradient:1", "rewrite:2", "abstract:2"])
+@pytest.mark.parametrize("kill_at", ["metric:5", "metric:30", "gradient:1", "rewrite:2", "abstract:2"])
 def test_killed_run_resumes_to_the_same_result_without_paying_twice(tmp_path, uninterrupted, kill_at):
     expected, expected_calls = uninterrupted
     log, out, ledger = tmp_path / "log", tmp_path / "out.json", tmp_path / "ledger"
@@ -173,7 +173,7 @@ def test_ctrl_c_returns_the_best_program_so_far_and_keeps_results(tmp_path):
 
     def metric(gold, pred, trace=None, pred_name=None, pred_trace=None):
         calls.append(1)
-        if len(calls) == 60:
+        if len(calls) == 33:  # after the first accepted rewrite (35 calls in all)
             raise KeyboardInterrupt
         return feedback_metric(gold, pred)
 

@@ -125,3 +125,72 @@ def test_no_rewrite_is_asked_for_when_the_budget_cannot_pay_its_checks():
     assert result.candidates == []
     assert "budget" in result.stop_reason
     assert result.metric_calls <= 15
+
+
+# ---- reuse of unchanged runs ----------------------------------------------------------------------
+
+
+class Chatty(World):
+    """The test world, but each live notes or answer call adds a fresh call number to its output:
+    the same prompt never gives the same text twice (as a sampling LM without a cache)."""
+
+    def __call__(self, call):
+        out = super().__call__(call)
+        field = next((f for f in ("notes", "answer") if isinstance(out, dict) and f in out), None)
+        if field is not None:
+            out = {field: f"{out[field]} (call {sum(self.calls.values())})"}
+        return out
+
+
+def first_word_metric(gold, pred, trace=None, pred_name=None, pred_trace=None):
+    ok = str(getattr(pred, "answer", "")).split(" ")[0] == gold.answer
+    return dspy.Prediction(score=float(ok), feedback="correct" if ok else f"expected {gold.answer}")
+
+
+def counted_compile(world: World, train, val, score=feedback_metric, **options):
+    """The result and how many times the metric was really called."""
+    calls = []
+
+    def metric(gold, pred, trace=None, pred_name=None, pred_trace=None):
+        calls.append(1)
+        return score(gold, pred, trace)
+
+    dspy.configure(lm=world_lm(world))
+    compiled = AgentGrad(metric, **{**FAST, **options}).compile(Pipeline(), trainset=train, valset=val)
+    return compiled.detailed_results, len(calls)
+
+
+@pytest.mark.parametrize("threads", [1, 4])
+def test_reuse_makes_the_decisions_of_full_runs_with_fewer_metric_calls(threads):
+    train = make_data({"extract": 3, "notes": 3, "answer": 2, "extract+notes": 2, "none": 2})
+    val = make_data({"none": 8, "extract": 2, "notes": 2, "answer": 2}, start=50)
+    options = dict(max_rounds=3, cluster_schedule=(2, 1), num_threads=threads)
+    (full, full_calls), (reused, reused_calls) = (
+        counted_compile(World(overfit=("answer",)), train, val, reuse_calls=flag, **options) for flag in (False, True)
+    )
+    assert decisions(reused) == decisions(full) and reused.final_instructions == full.final_instructions
+    assert [c.val_score for c in reused.candidates] == [c.val_score for c in full.candidates]
+    assert [s for _, s in reused.val_history] == [s for _, s in full.val_history]
+    assert any(c.accepted for c in full.candidates) and any(not c.accepted for c in full.candidates)
+    # what is reported is what the metric saw; the runs not scored took an identical output's score
+    assert (full_calls, reused_calls) == (full.metric_calls, reused.metric_calls)
+    assert full.reused_runs == 0 and reused.reused_runs > 0
+    assert reused.metric_calls < 0.8 * full.metric_calls
+    assert reused.usage["task"]["calls"] < full.usage["task"]["calls"]  # unchanged calls are replayed, not paid
+
+
+def test_runs_whose_output_changes_are_scored_and_decide_as_full_runs_do():
+    train = make_data({"extract": 2, "notes": 3, "answer": 2, "none": 2})
+    val = make_data({"none": 4, "notes": 2, "answer": 2}, start=50)
+    options = dict(max_rounds=2, cluster_schedule=(1,), score=first_word_metric)
+    (full, _), (chatty, chatty_calls), (steady, _) = (
+        counted_compile(world, train, val, reuse_calls=flag, **options)
+        for world, flag in ((Chatty(), False), (Chatty(), True), (World(), True))
+    )
+    assert decisions(chatty) == decisions(full) and chatty.best_val_score == full.best_val_score
+    assert any(c.accepted for c in chatty.candidates)
+    # a live notes or answer call never repeats its text, so only runs where both were replayed (the
+    # change left their inputs as they were) can take an earlier score: fewer than in the steady world
+    assert chatty_calls == chatty.metric_calls
+    assert chatty.reused_runs < steady.reused_runs
+    assert chatty.metric_calls > steady.metric_calls
