@@ -32,7 +32,6 @@ from .store import Memo
 from .tracing import Outcome, ProgramRunner, Reference, Step, check_first_runs
 from .usage import UsageLedger
 
-
 #: Earlier plain runs kept per example as candidate references.
 REFERENCES_KEPT = 6
 
