@@ -11,10 +11,12 @@ the :class:`Proposer`.
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import random
 from collections import Counter
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -38,7 +40,7 @@ from .evaluation import Evaluator, Intervention, cannot_clear, exact_total
 from .hints import Hint, as_hint, leaks_label
 from .instruction_proposer import RewriteRequest
 from .jsonable import example_key
-from .parallel import parallel_map
+from .parallel import in_background, parallel_map, shared_threads
 from .proposer import Proposer, StepRole
 from .results import AttributionRecord, AttributionReport, CandidateRecord, RoundRecord
 from .tracing import Outcome
@@ -48,6 +50,9 @@ logger = logging.getLogger("dspy_agentgrad")
 #: Cases of the cluster (original vs corrected output) and rejected rewrites the rewrite role sees.
 REWRITE_EXAMPLES = 3
 REJECTED_SHOWN = 5
+#: Share of a round's first hinted runs that must come out unchanged (reused, no metric call) before the
+#: engine runs the hinted runs the sequential procedure may still need all at once (see ``attribute``).
+SPECULATE_WHEN_REUSED = 0.5
 
 HintFn = Callable[[dspy.Example, str, dspy.Prediction, str], "Hint | str | None"]
 
@@ -150,6 +155,8 @@ class RoundEngine:
         self.round_index = 0
         self.stop_reason = "not started"
         self.interrupted = False
+        self.speculating = False  # this round's hinted runs are started ahead (see ``attribute``)
+        self._validation: Future | None = None  # the starting program's validation pass, while it runs
 
     # ---- steps 1-2 -------------------------------------------------------------------------
     def attribute(
@@ -161,7 +168,15 @@ class RoundEngine:
         label into its answer. A leaking fix is kept as a fallback, attributed only when no
         earlier predictor fixes the failure. Failures no single hint fixes get cumulative
         hints (when ``cumulative_hints`` is on).
+
+        The levels are resolved one after the other, as the paper does. When most of the first
+        level's hinted runs came out unchanged (so took no metric call), a hint on a predictor
+        that is not at fault usually changes nothing in this program: the runs every later level
+        and step may need are then started together (``speculating``). The decisions are the
+        same (each level reads its runs from the cache); only runs a level would have skipped are
+        paid, and those mostly cost no metric call.
         """
+        self.speculating = False
         outcomes = self.evaluator.evaluate(self.instructions, examples, phase)
         order = execution_order(outcomes)
         passed = [i for i, o in enumerate(outcomes) if o.score >= self.max_score]
@@ -172,8 +187,15 @@ class RoundEngine:
             return AttributionReport(order, attributed, [], [examples[i] for i in passed]), outcomes
         leaked = 0
         fallback: dict[int, tuple[str, AttributionRecord]] = {}
-        for name in reversed(order):
-            for index, hints, result in self._hinted(examples, outcomes, [(i, (name,)) for i in unresolved]):
+        levels = list(reversed(order))
+        for level, name in enumerate(levels):
+            hinted = self._hinted(examples, outcomes, [(i, (name,)) for i in unresolved])
+            if level == 0 and hinted and self.evaluator.reuse:
+                reused = sum(not result.scored for _, _, result in hinted)
+                self.speculating = reused >= SPECULATE_WHEN_REUSED * len(hinted)
+                if self.speculating:
+                    self._hinted(examples, outcomes, [(i, (n,)) for n in levels[1:] for i in unresolved])
+            for index, hints, result in hinted:
                 record = self._fix_record(examples[index], outcomes[index], result, name)
                 if record is None:
                     continue
@@ -281,6 +303,10 @@ class RoundEngine:
         chains = {i: [n for n in reversed(order) if n in outcomes[i].order()] for i in unresolved}
         chains = {i: chain for i, chain in chains.items() if len(chain) >= 2}
         explained = 0
+        if self.speculating:
+            self._hinted(
+                examples, outcomes, [(i, tuple(c[:d])) for i, c in chains.items() for d in range(2, len(c) + 1)]
+            )
         for depth in range(2, max((len(c) for c in chains.values()), default=0) + 1):
             items = [(i, tuple(chain[:depth])) for i, chain in chains.items() if len(chain) >= depth]
             fixed = {}
@@ -307,6 +333,12 @@ class RoundEngine:
         its hint (its witness), and the fixed run with exactly those hints."""
         state = {i: (list(targets), {targets[-1]: outcomes[i]}, run) for i, (targets, run) in fixed.items()}
         longest = max((len(targets) for targets, _ in fixed.values()), default=0)
+        if self.speculating:  # each drop tried on the full set: the runs needed when no earlier drop holds
+            self._hinted(
+                examples,
+                outcomes,
+                [(i, tuple(n for n in t if n != t[p])) for i, (t, _) in fixed.items() for p in range(len(t) - 1)],
+            )
         for position in range(longest - 1):
             items = []
             for index, (kept, _, _) in state.items():
@@ -474,6 +506,7 @@ class RoundEngine:
         candidate can no longer win (:meth:`Evaluator.race`); validation scores the examples the
         current program does worst on first, where a losing candidate shows it soonest.
         """
+        self.finish_validation()
         name = cluster.predictor
         current = self.instructions[name]
         record = CandidateRecord(self.round_index, name, len(cluster.members), minimum, cluster.text, current, None)
@@ -567,28 +600,36 @@ class RoundEngine:
         Stops: ``max_rounds``; no failure left when the batch is the whole training set; a budget
         cap (the step that would exceed it is not started); as many rounds in a row without a new
         program run as the cluster schedule is long (nothing left to learn); Ctrl-C.
+
+        The starting program's validation pass is needed first by the first candidate's check, so
+        with several threads it runs beside the first round's attribution and proposals (sharing
+        ``num_threads``), when the training and validation examples are distinct.
         """
         sizes, cap = (len(self.trainset), len(self.valset)), self.evaluator.budget.max_metric_calls
         self.emit("on_run_start", RunStart(list(self.instructions), *sizes, cap, max_rounds, resumed))
-        try:
-            self.validate_start()
-            idle_rounds = 0
-            while max_rounds is None or self.round_index < max_rounds:
-                spent = self.evaluator.budget.metric_calls
-                record = self.run_round()
-                if record.failures == 0 and record.batch_size == len(self.trainset):
-                    self.stop_reason = "no failures left on the training set"
-                    break
-                idle_rounds = idle_rounds + 1 if self.evaluator.budget.metric_calls == spent else 0
-                if idle_rounds >= len(self.config.cluster_schedule):
-                    self.stop_reason = f"stalled: {idle_rounds} rounds without a new program run"
-                    break
-            else:
-                self.stop_reason = f"max_rounds={max_rounds} reached"
-        except BudgetExhausted as stop:
-            self.stop_reason = f"budget exhausted ({stop})"
-        except KeyboardInterrupt:
-            self.interrupted, self.stop_reason = True, "interrupted (KeyboardInterrupt)"
+        with ThreadPoolExecutor(max_workers=1) as background, shared_threads(self.config.num_threads):
+            try:
+                self._start_validation(background)
+                idle_rounds = 0
+                while max_rounds is None or self.round_index < max_rounds:
+                    spent = self.evaluator.budget.metric_calls
+                    record = self.run_round()
+                    if record.failures == 0 and record.batch_size == len(self.trainset):
+                        self.stop_reason = "no failures left on the training set"
+                        break
+                    idle_rounds = idle_rounds + 1 if self.evaluator.budget.metric_calls == spent else 0
+                    if idle_rounds >= len(self.config.cluster_schedule):
+                        self.stop_reason = f"stalled: {idle_rounds} rounds without a metric call"
+                        break
+                else:
+                    self.stop_reason = f"max_rounds={max_rounds} reached"
+                self.finish_validation()
+            except BudgetExhausted as stop:
+                self.stop_reason = f"budget exhausted ({stop})"
+            except KeyboardInterrupt:
+                self.interrupted, self.stop_reason = True, "interrupted (KeyboardInterrupt)"
+            finally:
+                self._settle_validation()
         self.emit(
             "on_run_end",
             RunEnd(
@@ -602,15 +643,43 @@ class RoundEngine:
         )
         return self.stop_reason
 
-    def validate_start(self) -> None:
-        self._set_best(self.evaluator.evaluate(self.instructions, self.valset, "validate"))
+    def _start_validation(self, background: ThreadPoolExecutor) -> None:
+        instructions = dict(self.instructions)
+
+        def validate() -> list[Outcome]:
+            with in_background():
+                return self.evaluator.evaluate(instructions, self.valset, "validate")
+
+        train_keys = {example_key(ex) for ex in self.trainset}
+        overlap = self.config.num_threads > 1 and not any(example_key(ex) in train_keys for ex in self.valset)
+        if overlap:
+            self._validation = background.submit(contextvars.copy_context().run, validate)
+        else:
+            self._validation = Future()
+            self._validation.set_result(validate())
+
+    def finish_validation(self) -> None:
+        """Wait for the starting program's validation pass (raising what it raised) and record it."""
+        if self._validation is None:
+            return
+        outcomes, self._validation = self._validation.result(), None
+        self._set_best(outcomes)
         self.initial_val_score = self.best_val_score
-        self.val_history.append((self.evaluator.budget.metric_calls, self.best_val_score))
+        self.val_history.append((len(self.valset), self.best_val_score))
         logger.info("initial validation score %.4f on %d examples", self.best_val_score, len(self.valset))
         self.emit(
-            "on_validation_scored",
-            ValidationScored(None, self.best_val_score, self.best_val_score, self.evaluator.budget.metric_calls),
+            "on_validation_scored", ValidationScored(None, self.best_val_score, self.best_val_score, len(self.valset))
         )
+
+    def _settle_validation(self) -> None:
+        """On the way out: record the validation pass if it was paid; a failure of it was already reported."""
+        if self._validation is None:
+            return
+        try:
+            self.finish_validation()
+        except Exception as error:  # the run is stopping for another reason, told in stop_reason
+            logger.info("the starting program's validation pass did not finish: %s", error)
+            self._validation = None
 
     def run_round(self) -> RoundRecord:
         """One round; returns its record (also appended to ``self.rounds``)."""
