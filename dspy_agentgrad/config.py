@@ -71,6 +71,7 @@ class AgentGradConfig:
     max_field_chars: int = 12000
     max_instruction_chars: int = 4000
     reuse_calls: bool = True
+    speculate: bool = True
 
     def validate(self) -> None:
         if self.auto is not None and self.auto not in AUTO_CANDIDATES:

@@ -190,7 +190,7 @@ class RoundEngine:
         levels = list(reversed(order))
         for level, name in enumerate(levels):
             hinted = self._hinted(examples, outcomes, [(i, (name,)) for i in unresolved])
-            if level == 0 and hinted and self.evaluator.reuse:
+            if level == 0 and hinted and self.evaluator.reuse and self.config.speculate:
                 reused = sum(not result.scored for _, _, result in hinted)
                 self.speculating = reused >= SPECULATE_WHEN_REUSED * len(hinted)
                 if self.speculating:
@@ -456,8 +456,9 @@ class RoundEngine:
         return out
 
     # ---- step 5 ------------------------------------------------------------------------------
-    def rewrite_request(self, cluster: Cluster) -> RewriteRequest:
-        """What the rewrite role sees for ``cluster``: feedback, a few cases, this step's rejected rewrites."""
+    def rewrite_request(self, cluster: Cluster, program: dict[str, str] | None = None) -> RewriteRequest:
+        """What the rewrite role sees for ``cluster``: feedback, a few cases, this step's rejected rewrites.
+        ``program``: the instructions to rewrite from (the current ones by default)."""
         name = cluster.predictor
         shown = [
             (g.record.inputs, g.record.original, g.record.corrected)
@@ -468,7 +469,7 @@ class RoundEngine:
         return RewriteRequest(
             predictor=name,
             step_signature=self.signatures[name],
-            current_instruction=self.instructions[name],
+            current_instruction=(program or self.instructions)[name],
             generalized_gradient=cluster.text,
             gradients=[g.text for g in cluster.members],
             examples=shown,
@@ -497,6 +498,50 @@ class RoundEngine:
         ]
         if len(requests) > 1:
             parallel_map(self.proposer.rewrite, requests, self.config.num_threads)
+
+    def prefetch_judging(self, ready: list[Cluster]) -> None:
+        """While speculating, run the round's candidate checks ahead, as if every candidate wins.
+
+        The round's candidates are stacked in the order :meth:`update` judges them, each on top
+        of the ones before (as acceptance would leave the program; a second cluster of a
+        predictor is rewritten from the first one's rewrite, as it would be then). Every
+        validation example and each cluster's examples are run under the stack in one parallel
+        step, each example's runs in order (:meth:`Evaluator.evaluate_chains`). :meth:`update`
+        then judges each candidate as always and finds its runs and rewrite done; after a
+        rejection, what was stacked above it is wasted and the next checks are paid as usual.
+        The decisions do not change. Only when every run of the stack fits in the budget left
+        (runs that take an earlier score are given back when they end).
+        """
+        self.finish_validation()
+        stack: list[tuple[dict[str, str], Cluster]] = []
+        program = dict(self.instructions)
+        for cluster in ready:
+            examples = [g.record.example for g in cluster.members]
+            if (
+                self.evaluator.cost(program, examples) + len(examples) + len(self.valset)
+                > self.evaluator.budget.remaining()
+            ):
+                break  # update() would not pay for this rewrite either
+            proposal = self.proposer.rewrite(self.rewrite_request(cluster, program))
+            current = program[cluster.predictor]
+            if (
+                proposal is None
+                or proposal.strip() == current.strip()
+                or len(proposal) > self.config.max_instruction_chars
+            ):
+                continue
+            program = {**program, cluster.predictor: proposal}
+            stack.append((program, cluster))
+        if len(stack) < 2:
+            return  # one candidate: nothing to overlap
+        before = [dict(self.instructions)] + [program for program, _ in stack[:-1]]
+        chains = [(ex, [program for program, _ in stack]) for ex in self.valset]
+        for level, (_, cluster) in enumerate(stack):
+            chains += [(g.record.example, before[: level + 1] + [stack[level][0]]) for g in cluster.members]
+        try:
+            self.evaluator.evaluate_chains(chains, "validate")
+        except BudgetExhausted:  # charged all or nothing, before any run: the checks run one by one
+            logger.info("round %d: the stacked candidate checks do not fit the budget left", self.round_index)
 
     def update(self, cluster: Cluster, minimum: int) -> CandidateRecord:
         """Rewrite for one cluster, then two-stage acceptance with exact early rejection.
@@ -651,12 +696,18 @@ class RoundEngine:
                 return self.evaluator.evaluate(instructions, self.valset, "validate")
 
         train_keys = {example_key(ex) for ex in self.trainset}
-        overlap = self.config.num_threads > 1 and not any(example_key(ex) in train_keys for ex in self.valset)
+        overlap = (
+            self.config.num_threads > 1
+            and self.evaluator.cost(instructions, self.valset) <= self.evaluator.budget.remaining()
+            and not any(example_key(ex) in train_keys for ex in self.valset)
+        )
         if overlap:
             self._validation = background.submit(contextvars.copy_context().run, validate)
         else:
-            self._validation = Future()
-            self._validation.set_result(validate())
+            done: Future = Future()
+            done.set_result(validate())
+            self._validation = done
+            self.finish_validation()
 
     def finish_validation(self) -> None:
         """Wait for the starting program's validation pass (raising what it raised) and record it."""
@@ -729,6 +780,8 @@ class RoundEngine:
             len(self.waiting),
         )
         self.prefetch_rewrites(ready)
+        if self.speculating:
+            self.prefetch_judging(ready)
         for cluster in ready:
             candidate = self.update(cluster, minimum)
             self.candidates.append(candidate)

@@ -70,6 +70,11 @@ def cannot_clear(best_possible: Fraction, bar: Fraction, strict: bool) -> bool:
     return best_possible <= bar if strict else best_possible < bar
 
 
+def _changed(instructions: dict[str, str], other: dict[str, str]) -> frozenset[str]:
+    """The predictors whose instruction differs between two programs."""
+    return frozenset(n for n in set(instructions) | set(other) if instructions.get(n) != other.get(n))
+
+
 def state_key(instructions: dict[str, str]) -> str:
     return digest(instructions)
 
@@ -134,6 +139,41 @@ class Evaluator:
             start += len(examples)
         return out
 
+    def evaluate_chains(self, chains: list[tuple[dspy.Example, list[dict[str, str]]]], phase: str) -> None:
+        """Settle, for each example, its runs under a sequence of programs, in order.
+
+        Each program of a sequence differs from the one before it by a few instructions, and its
+        run takes the run before it as reference (the first, the kept run with the fewest
+        changes): so a run whose output the change leaves as it was is reused, as it would be if
+        the programs were evaluated one after the other. Results are settled as paid work (later
+        evaluations read them) and kept as references, in chain order, once all are done.
+        """
+        keys = [eval_key(state, ex) for ex, states in chains for state in states]
+        self.budget.charge(len(self.work.pending(keys)))
+
+        def run_chain(chain: tuple[dspy.Example, list[dict[str, str]]]) -> list[Outcome]:
+            example, states = chain
+            outcomes: list[Outcome] = []
+            for k, state in enumerate(states):
+                if k == 0 or not self.reuse or outcomes[-1].error is not None:
+                    reference = self._reference(state, example)
+                else:
+                    reference = Reference(outcomes[-1], _changed(state, states[k - 1]))
+                outcomes.append(
+                    self._settle(
+                        eval_key(state, example),
+                        lambda r=reference, st=state: self.runner.run(example, st, reference=r),
+                        phase,
+                    )
+                )
+            return outcomes
+
+        done = parallel_map(run_chain, chains, self.num_threads)
+        if self.reuse:
+            for (example, states), outcomes in zip(chains, done):
+                for state, outcome in zip(states, outcomes):
+                    self._remember(state, example, outcome)
+
     def race(
         self,
         instructions: dict[str, str],
@@ -188,7 +228,7 @@ class Evaluator:
         predictors (the latest among equals), with those predictors; None when reuse is off or none is kept."""
         best: Reference | None = None
         for kept, outcome in self._history.get(example_key(example), []) if self.reuse else []:
-            changed = frozenset(n for n in set(instructions) | set(kept) if instructions.get(n) != kept.get(n))
+            changed = _changed(instructions, kept)
             if best is None or len(changed) <= len(best.changed):
                 best = Reference(outcome, changed)
         return best
@@ -210,19 +250,19 @@ class Evaluator:
         thunks = dict(jobs)
         fresh = self.work.pending(key for key, _ in jobs)
         self.budget.charge(len(fresh))
+        parallel_map(lambda key: self._settle(key, thunks[key], phase), fresh, self.num_threads)
+        return [self._settle(key, thunks[key], phase) for key, _ in jobs]
 
-        def settle(key: str) -> Outcome:
-            outcome, new = self.work.settle(key, thunks[key])
-            if new:
-                self._count(outcome, phase)
-                if not outcome.scored:  # its output equals its reference's: no metric call was made
-                    self.budget.refund(1)
-                    with self._lock:
-                        self.reused += 1
-            return outcome
-
-        parallel_map(settle, fresh, self.num_threads)
-        return [settle(key) for key, _ in jobs]
+    def _settle(self, key: str, pay: Callable[[], Outcome], phase: str) -> Outcome:
+        """The outcome for ``key`` (charged beforehand by the caller): paid once, counted once."""
+        outcome, new = self.work.settle(key, pay)
+        if new:
+            self._count(outcome, phase)
+            if not outcome.scored:  # its output equals its reference's: no metric call was made
+                self.budget.refund(1)
+                with self._lock:
+                    self.reused += 1
+        return outcome
 
     def _count(self, outcome: Outcome, phase: str) -> None:
         self.ledger.add("task", phase, outcome.usage)

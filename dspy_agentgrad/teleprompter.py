@@ -194,6 +194,7 @@ class AgentGrad(Teleprompter):
         max_field_chars: int = _DEFAULTS.max_field_chars,
         max_instruction_chars: int = _DEFAULTS.max_instruction_chars,
         reuse_calls: bool = _DEFAULTS.reuse_calls,
+        speculate: bool = _DEFAULTS.speculate,
         callbacks: list[Any] | None = None,
         progress: bool = True,
         optimize_predictors: list[str] | None = _DEFAULTS.optimize_predictors,
@@ -254,6 +255,7 @@ class AgentGrad(Teleprompter):
             max_field_chars=max_field_chars,
             max_instruction_chars=max_instruction_chars,
             reuse_calls=reuse_calls,
+            speculate=speculate,
         )
         self.config.validate()
         if use_mlflow:

@@ -98,7 +98,6 @@ class Outcome:
     replay_misses: int = 0
     scored: bool = True  # False: the program output equals its reference run's, whose score it took
 
-
     def order(self) -> list[str]:
         """Predictor names in order of first call in this run."""
         seen: list[str] = []
