@@ -10,6 +10,9 @@
   least one LM call is in flight, and the mean number in flight, at 1 and 8 threads.
 
 Numbers depend on the machine and its load: run it on an idle machine, and say the load otherwise.
+On a shared 2-core machine one run's CPU per metric call varies by 10-15% from run to run, as much as
+what ``log_dir`` costs, so the CPU and 8-thread LM-share runs are repeated (``--repeat``, interleaved)
+and ``summary`` holds their medians.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import json
 import logging
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -103,6 +107,7 @@ def one_run(
         "optimizer": optimizer,
         "budget": budget,
         "metric_calls": run.metric_calls,
+        "val_examples": val,
         "val": run.val_score,
         "threads": threads,
         "latency_ms": [task_ms, prompt_ms],
@@ -131,10 +136,32 @@ def in_subprocess(**kwargs: Any) -> dict[str, Any]:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Medians over the repeated runs: CPU per metric call by configuration, ``log_dir``'s relative CPU
+    cost, the 8-thread LM share; and the peak memory of the largest-budget run."""
+    cpu: dict[str, list[float]] = {}
+    for r in rows:
+        if r["latency_ms"] == [0.0, 0.0] and r["val_examples"] == 50:  # the CPU runs, not the scale runs
+            name = r["optimizer"] + (" + log_dir" if r["log_dir"] else "")
+            cpu.setdefault(name, []).append(r["cpu_ms_per_metric_call"])
+    medians = {name: statistics.median(values) for name, values in cpu.items()}
+    shares = [r["share_of_wall_in_lm_calls"] for r in rows if r["latency_ms"] != [0.0, 0.0] and r["threads"] == 8]
+    largest = max((r for r in rows if r["log_dir"] and r["optimizer"] == "agentgrad"), key=lambda r: r["budget"])
+    return {
+        "cpu_ms_per_metric_call_median": medians,
+        "cpu_ms_per_metric_call_runs": cpu,
+        "log_dir_cpu_overhead_median": round(medians["agentgrad + log_dir"] / medians["agentgrad"] - 1, 4),
+        "share_of_wall_in_lm_calls_8_threads_median": statistics.median(shares),
+        "share_of_wall_in_lm_calls_8_threads_runs": shares,
+        f"peak_rss_mb_budget_{largest['budget']}": largest["peak_rss_mb"],
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.overhead", description=__doc__)
     p.add_argument("--quick", action="store_true", help="small budgets only (a smoke run)")
     p.add_argument("--out", default=None, help="write the measurements here as JSON")
+    p.add_argument("--repeat", type=int, default=None, help="runs of each CPU and 8-thread LM-share run (default 5/3)")
     p.add_argument("--one", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     logging.disable(logging.WARNING)
@@ -146,13 +173,15 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(one_run(**kwargs)))
         return 0
     budgets = (500,) if args.quick else BUDGETS
+    repeat = args.repeat or (3 if args.quick else 5)
     rows = []
     base = dict(train=150, val=50, threads=8, task_ms=0.0, prompt_ms=0.0)
-    for optimizer, with_log in (("agentgrad", False), ("agentgrad", True), ("gepa", False)):
-        rows.append(in_subprocess(optimizer=optimizer, budget=500, with_log_dir=with_log, **base))
+    for _ in range(repeat):  # interleaved, so that a change in the machine's load hits every configuration
+        for optimizer, with_log in (("agentgrad", False), ("agentgrad", True), ("gepa", False)):
+            rows.append(in_subprocess(optimizer=optimizer, budget=500, with_log_dir=with_log, **base))
     for budget in budgets:
         rows.append(in_subprocess(optimizer="agentgrad", budget=budget, with_log_dir=True, **{**base, "val": 300}))
-    for threads in (1, 8):
+    for threads in (1,) + (8,) * repeat:
         rows.append(
             in_subprocess(
                 optimizer="agentgrad",
@@ -162,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         )
     load = os.getloadavg()
-    report = {"load_average": load, "cpus": os.cpu_count(), "runs": rows}
+    report = {"load_average": load, "cpus": os.cpu_count(), "repeat": repeat, "summary": summarize(rows), "runs": rows}
     text = json.dumps(report, indent=1)
     if args.out:
         Path(args.out).write_text(text)
@@ -178,6 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     more = ("share_of_wall_in_lm_calls", "mean_lm_calls_in_flight", "journal_bytes", "peak_rss_mb")
     print(f"load average {load}, {os.cpu_count()} CPUs")
+    print(json.dumps(report["summary"], indent=1))
     print(" | ".join(keys + more))
     for row in rows:
         print(" | ".join(str(row[k]) for k in keys + more))

@@ -1,7 +1,7 @@
 """The ``agentgrad`` console command (also ``python -m dspy_agentgrad``).
 
 agentgrad demo [options]           run the main job (see ``agentgrad demo --help``)
-agentgrad report LOG_DIR           rebuild report.html and the PNG charts from LOG_DIR/result.json
+agentgrad report LOG_DIR [--png]   rebuild report.html (and the PNG charts) from LOG_DIR/result.json
 agentgrad estimate MODULE:FUNC     project a run's cost before paying for it
 """
 
@@ -36,10 +36,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     report = sub.add_parser(
         "report",
-        help="write LOG_DIR/report.html (and PNG charts) from a run's LOG_DIR/result.json",
-        description="Rebuild the HTML report and the PNG charts of a finished run from LOG_DIR/result.json.",
+        help="write LOG_DIR/report.html (and with --png the PNG charts) from a run's LOG_DIR/result.json",
+        description="Rebuild the HTML report of a finished run from LOG_DIR/result.json, and with --png its charts "
+        "as validation_curve.png and attributions.png (needs matplotlib).",
     )
     report.add_argument("log_dir", type=Path, metavar="LOG_DIR", help="the log_dir the run was compiled with")
+    report.add_argument("--png", action="store_true", help="also draw the two charts as PNG files (matplotlib)")
     estimate = sub.add_parser(
         "estimate",
         help="project metric calls, LM calls, tokens, USD and wall time of a run before it starts",
@@ -83,10 +85,10 @@ def main(argv: list[str] | None = None) -> None:
         from .report import write_report
 
         try:
-            page = write_report(args.log_dir)
-        except FileNotFoundError as exc:
+            page = write_report(args.log_dir, pngs=args.png)
+        except (FileNotFoundError, ImportError) as exc:
             raise SystemExit(f"agentgrad report: {exc}") from None
-        print(f"wrote {page}")
+        print(f"wrote {page}" + (f" and the PNG charts in {args.log_dir}" if args.png else ""))
         return
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     job = load_job(args.job)

@@ -1,9 +1,10 @@
-"""A report to look at: one self-contained HTML page per run, plus PNGs of its charts.
+"""A report to look at: one self-contained HTML page per run, and PNGs of its charts on request.
 
 Built from :class:`AgentGradResult` alone, so ``log_dir/result.json`` is enough to
 rebuild it (``agentgrad report LOG_DIR``). The page has no script and loads
-nothing: the charts are inline SVG. The PNGs need matplotlib, imported only here
-and only when they are drawn; without it the page is still written.
+nothing: the charts are inline SVG. The PNGs are opt-in (``agentgrad report LOG_DIR
+--png``): they need matplotlib, whose import and drawing cost more CPU than the
+journal of a 500-call run, so ``compile`` does not draw them.
 """
 
 from __future__ import annotations
@@ -11,12 +12,9 @@ from __future__ import annotations
 import difflib
 import html
 import json
-import logging
 from pathlib import Path
 
 from .results import AgentGradResult
-
-logger = logging.getLogger("dspy_agentgrad")
 
 REPORT_FILE = "report.html"
 CURVE_PNG = "validation_curve.png"
@@ -234,7 +232,12 @@ candidates: {len(result.accepted)} accepted, {len(result.rejected)} rejected</li
 
 def write_pngs(result: AgentGradResult, out_dir: Path) -> list[Path]:
     """The two charts as PNG files; needs matplotlib (``pip install matplotlib``)."""
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:
+        raise ImportError(
+            "the PNG charts need matplotlib: pip install matplotlib (report.html has the same charts as SVG)"
+        ) from None
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -273,8 +276,8 @@ def write_pngs(result: AgentGradResult, out_dir: Path) -> list[Path]:
     return written
 
 
-def write_report(log_dir: str | Path, result: AgentGradResult | None = None) -> Path:
-    """Write ``report.html`` (and the PNGs when matplotlib is installed) into ``log_dir``.
+def write_report(log_dir: str | Path, result: AgentGradResult | None = None, pngs: bool = False) -> Path:
+    """Write ``report.html`` into ``log_dir``, and with ``pngs`` the two charts as PNGs (needs matplotlib).
 
     Without ``result``, reads ``log_dir/result.json``; returns the page's path.
     """
@@ -286,8 +289,6 @@ def write_report(log_dir: str | Path, result: AgentGradResult | None = None) -> 
         result = AgentGradResult.from_dict(json.loads(source.read_text(encoding="utf-8")))
     page = log_dir / REPORT_FILE
     page.write_text(render_html(result), encoding="utf-8")
-    try:
+    if pngs:
         write_pngs(result, log_dir)
-    except ImportError:
-        logger.info("matplotlib is not installed: wrote %s without the PNG charts", page)
     return page

@@ -266,9 +266,13 @@ class Memo:
         return None if stored is None else _decode(stored, self._texts)  # texts are only ever added
 
     def put(self, key: str, value: Any) -> None:
+        at = round(time.monotonic() - self._clock, 3)
+        if self._fd is None:  # no journal (no log_dir): the segment's accounting only, nothing to encode
+            with self._lock:
+                self.segment.add(key, value, at)
+            return
         texts: dict[str, str] = {}
         encoded = _encode(value, texts)
-        at = round(time.monotonic() - self._clock, 3)
         line = json.dumps({"key": key, "value": encoded, "at": at}, ensure_ascii=False, default=str) + "\n"
         with self._lock:
             self.segment.add(key, value, at)

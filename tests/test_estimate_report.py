@@ -164,10 +164,21 @@ def test_the_report_is_rebuilt_from_result_json_alone(finished_run):
     assert write_report(finished_run).read_text() == original
 
 
-def test_pngs_of_both_charts_are_written(finished_run):
+def test_compile_draws_no_png_and_agentgrad_report_png_draws_both_charts(finished_run, capsys):
     pytest.importorskip("matplotlib")
-    for name in ("validation_curve.png", "attributions.png"):
+    names = ("validation_curve.png", "attributions.png")
+    assert not any((finished_run / name).exists() for name in names)
+    cli_main(["report", str(finished_run), "--png"])
+    assert "and the PNG charts in" in capsys.readouterr().out
+    for name in names:
         assert (finished_run / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_agentgrad_report_png_without_matplotlib_says_what_to_install(finished_run, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
+    with pytest.raises(SystemExit, match="the PNG charts need matplotlib: pip install matplotlib"):
+        cli_main(["report", str(finished_run), "--png"])
+    assert (finished_run / "report.html").exists()
 
 
 def test_word_diff_marks_removed_and_added_words():
