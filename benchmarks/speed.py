@@ -20,19 +20,22 @@ def time_to_target(entries: dict[str, dict], fraction: float = TARGET_FRACTION) 
     if not finals:
         return {}
     target = fraction * max(finals)
-    out = {}
-    for name, entry in entries.items():
-        if name == "baseline" or entry.get("status") != "done":
-            continue
-        curve = entry.get("curve") or []
-        seconds = (entry.get("details") or {}).get("curve_seconds") or []
-        hit = next((i for i, (_calls, score) in enumerate(curve) if score >= target - 1e-12), None)
-        out[name] = {
-            "target": target,
-            "calls": None if hit is None else curve[hit][0],
-            "seconds": None if hit is None or hit >= len(seconds) else seconds[hit],
-        }
-    return out
+    return {
+        name: {"target": target, **first_reach(entry, target)}
+        for name, entry in entries.items()
+        if name != "baseline" and entry.get("status") == "done"
+    }
+
+
+def first_reach(entry: dict, score: float) -> dict[str, Any]:
+    """``calls`` and ``seconds`` at the first point of an optimizer's best-so-far curve at or above ``score``."""
+    curve = entry.get("curve") or []
+    seconds = (entry.get("details") or {}).get("curve_seconds") or []
+    hit = next((i for i, (_calls, value) in enumerate(curve) if value >= score - 1e-12), None)
+    return {
+        "calls": None if hit is None else curve[hit][0],
+        "seconds": None if hit is None or hit >= len(seconds) else seconds[hit],
+    }
 
 
 def speed_table(benchmarks: dict[str, dict], fraction: float = TARGET_FRACTION) -> str:
