@@ -17,10 +17,11 @@ from typing import Any
 import dspy
 from dspy.teleprompt.teleprompt import Teleprompter
 
+from .attribution import HintFn
 from .budget import Budget
 from .callbacks import Dispatcher
 from .config import AgentGradConfig, auto_budget, worst_case_calls
-from .engine import HintFn, RoundEngine
+from .engine import RoundEngine
 from .estimate import Estimate, SampleStats, StartEstimate, build_estimate
 from .evaluation import Evaluator
 from .hints import default_hint
