@@ -79,9 +79,9 @@ def state_key(instructions: dict[str, str]) -> str:
     return digest(instructions)
 
 
-def eval_key(instructions: dict[str, str], example: dspy.Example) -> str:
-    """The cache key of a plain scored run (program state, example)."""
-    return f"eval:{state_key(instructions)}:{example_key(example)}"
+def eval_key(state: str, example: dspy.Example) -> str:
+    """The cache key of a plain scored run: the program's :func:`state_key` and the example."""
+    return f"eval:{state}:{example_key(example)}"
 
 
 class Evaluator:
@@ -120,16 +120,15 @@ class Evaluator:
     ) -> list[list[Outcome]]:
         """Several (instructions, examples) evaluations as one batch: one charge, one parallel map."""
         plain = [(instructions, ex) for instructions, examples in requests for ex in examples]
-        jobs = [
-            (
-                eval_key(instructions, ex),
-                lambda ex=ex, ins=instructions, ref=self._reference(instructions, ex): self.runner.run(
-                    ex, ins, reference=ref
-                ),
-            )
-            for instructions, ex in plain
-        ]
-        flat = self._run(jobs, phase)
+        states = [state_key(instructions) for instructions, _ in requests]  # one digest per program
+        keys = [eval_key(sk, ex) for sk, (_, examples) in zip(states, requests) for ex in examples]
+
+        def pay_for(i: int) -> Callable[[], Outcome]:
+            instructions, ex = plain[i]
+            reference = self._reference(instructions, ex)
+            return lambda: self.runner.run(ex, instructions, reference=reference)
+
+        flat = self._run(keys, pay_for, phase)
         if self.reuse:
             for (instructions, ex), outcome in zip(plain, flat):
                 self._remember(instructions, ex, outcome)
@@ -148,7 +147,8 @@ class Evaluator:
         the programs were evaluated one after the other. Results are settled as paid work (later
         evaluations read them) and kept as references, in chain order, once all are done.
         """
-        keys = [eval_key(state, ex) for ex, states in chains for state in states]
+        digests = {id(state): state_key(state) for _, states in chains for state in states}  # all alive here
+        keys = [eval_key(digests[id(state)], ex) for ex, states in chains for state in states]
         self.budget.charge(len(self.work.pending(keys)))
 
         def run_chain(chain: tuple[dspy.Example, list[dict[str, str]]]) -> list[Outcome]:
@@ -161,7 +161,7 @@ class Evaluator:
                     reference = Reference(outcomes[-1], _changed(state, states[k - 1]))
                 outcomes.append(
                     self._settle(
-                        eval_key(state, example),
+                        eval_key(digests[id(state)], example),
                         lambda r=reference, st=state: self.runner.run(example, st, reference=r),
                         phase,
                     )
@@ -206,22 +206,17 @@ class Evaluator:
         self, instructions: dict[str, str], items: list[Intervention], phase: str = "intervene"
     ) -> list[Outcome]:
         sk = state_key(instructions)
-        jobs = [
-            (
-                f"hint:{sk}:{example_key(it.example)}:{digest(it.hints)}",
-                lambda it=it: self.runner.run(
-                    it.example,
-                    instructions,
-                    hints=it.hints,
-                    replay=it.replay,
-                    reference=Reference(it.original, frozenset(it.hints))
-                    if self.reuse and it.original is not None and it.original.error is None
-                    else None,
-                ),
+        keys = [f"hint:{sk}:{example_key(it.example)}:{digest(it.hints)}" for it in items]
+
+        def pay_for(i: int) -> Callable[[], Outcome]:
+            it = items[i]
+            reuse = self.reuse and it.original is not None and it.original.error is None
+            reference = Reference(it.original, frozenset(it.hints)) if reuse else None
+            return lambda: self.runner.run(
+                it.example, instructions, hints=it.hints, replay=it.replay, reference=reference
             )
-            for it in items
-        ]
-        return self._run(jobs, phase)
+
+        return self._run(keys, pay_for, phase)
 
     def _reference(self, instructions: dict[str, str], example: dspy.Example) -> Reference | None:
         """The kept run of ``example`` whose instructions differ from ``instructions`` in the fewest
@@ -244,14 +239,24 @@ class Evaluator:
 
     def cost(self, instructions: dict[str, str], examples: list[dspy.Example]) -> int:
         """Metric calls that evaluating ``examples`` under ``instructions`` would charge now."""
-        return len(self.work.pending(eval_key(instructions, ex) for ex in examples))
+        sk = state_key(instructions)
+        return len(self.work.pending(eval_key(sk, ex) for ex in examples))
 
-    def _run(self, jobs: list[tuple[str, Callable[[], Outcome]]], phase: str) -> list[Outcome]:
-        thunks = dict(jobs)
-        fresh = self.work.pending(key for key, _ in jobs)
+    def _run(self, keys: list[str], pay_for: Callable[[int], Callable[[], Outcome]], phase: str) -> list[Outcome]:
+        """The outcomes for ``keys``: the new ones charged, then paid in parallel. ``pay_for(i)`` gives
+        the work for ``keys[i]``; it is built (references chosen) now, in this thread, for new keys only."""
+        fresh = self.work.pending(keys)
         self.budget.charge(len(fresh))
-        parallel_map(lambda key: self._settle(key, thunks[key], phase), fresh, self.num_threads)
-        return [self._settle(key, thunks[key], phase) for key, _ in jobs]
+        first = {}
+        for i, key in enumerate(keys):
+            first.setdefault(key, i)
+        work = {key: pay_for(first[key]) for key in fresh}
+
+        def pay(key: str) -> Callable[[], Outcome]:  # a key settled elsewhere needs work only if that failed
+            return work.get(key) or (lambda: pay_for(first[key])())
+
+        parallel_map(lambda key: self._settle(key, pay(key), phase), fresh, self.num_threads)
+        return [self._settle(key, pay(key), phase) for key in keys]
 
     def _settle(self, key: str, pay: Callable[[], Outcome], phase: str) -> Outcome:
         """The outcome for ``key`` (charged beforehand by the caller): paid once, counted once."""
