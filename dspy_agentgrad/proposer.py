@@ -88,7 +88,8 @@ class Proposer:
 
     def _call(self, role: str, signature: type[dspy.Signature], inputs: dict[str, Any]) -> dict | None:
         key = f"role:{signature.__name__}:{digest(inputs)}"
-        bound = worst_case_usage(self.prompt_model, signature, inputs)
+        capped = self.budget.max_prompt_tokens is not None or self.budget.max_prompt_cost is not None
+        bound = worst_case_usage(self.prompt_model, signature, inputs) if capped else None  # formats the prompt
         return self._settle(role, key, lambda: self._predict(signature, inputs), bound)
 
     def _predict(self, signature: type[dspy.Signature], inputs: dict[str, Any]) -> dict:

@@ -261,8 +261,9 @@ class Memo:
 
     def get(self, key: str) -> Any | None:
         """The record read back for ``key``, handed out once: the caller keeps it (no second copy here)."""
-        with self._lock:
-            stored = self._data.pop(key, None)
+        # no lock: the records are all read before the run starts, and a dict pop is atomic; taking
+        # the lock here made every settlement wait behind journal writes
+        stored = self._data.pop(key, None) if self._data else None
         return None if stored is None else _decode(stored, self._texts)  # texts are only ever added
 
     def put(self, key: str, value: Any) -> None:
