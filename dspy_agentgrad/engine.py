@@ -263,8 +263,9 @@ class RoundEngine:
         step, each example's runs in order (:meth:`Evaluator.evaluate_chains`). :meth:`update`
         then judges each candidate as always and finds its runs and rewrite done; after a
         rejection, what was stacked above it is wasted and the next checks are paid as usual.
-        The decisions do not change. Only when every run of the stack fits in the budget left
-        (runs that take an earlier score are given back when they end).
+        The decisions do not change. The stack is cut to the deepest one whose runs all fit in the
+        budget left (they are charged before they start; runs that take an earlier score are given
+        back when they end); one candidate alone is not stacked.
         """
         self.finish_validation()
         stack: list[tuple[dict[str, str], Cluster]] = []
@@ -288,14 +289,22 @@ class RoundEngine:
             stack.append((program, cluster))
         if len(stack) < 2:
             return  # one candidate: nothing to overlap
+        # the deepest stack whose runs, all charged before they start, fit the budget left
+        for depth in range(len(stack), 1, -1):
+            chains = self._stacked_checks(stack[:depth])
+            if self.evaluator.chain_cost(chains) <= self.evaluator.budget.remaining():
+                self.evaluator.evaluate_chains(chains, "validate")
+                return
+        logger.info("round %d: no stack of candidate checks fits the budget left", self.round_index)
+
+    def _stacked_checks(self, stack: list[tuple[dict[str, str], Cluster]]) -> list[tuple[dspy.Example, list]]:
+        """Each validation example under every program of the stack; each cluster's examples under the
+        programs up to its own candidate (its "before" and "after")."""
         before = [dict(self.instructions)] + [program for program, _ in stack[:-1]]
         chains = [(ex, [program for program, _ in stack]) for ex in self.valset]
         for level, (_, cluster) in enumerate(stack):
             chains += [(g.record.example, before[: level + 1] + [stack[level][0]]) for g in cluster.members]
-        try:
-            self.evaluator.evaluate_chains(chains, "validate")
-        except BudgetExhausted:  # charged all or nothing, before any run: the checks run one by one
-            logger.info("round %d: the stacked candidate checks do not fit the budget left", self.round_index)
+        return chains
 
     def update(self, cluster: Cluster, minimum: int) -> CandidateRecord:
         """Rewrite for one cluster, then two-stage acceptance with exact early rejection.

@@ -75,6 +75,12 @@ def _changed(instructions: dict[str, str], other: dict[str, str]) -> frozenset[s
     return frozenset(n for n in set(instructions) | set(other) if instructions.get(n) != other.get(n))
 
 
+def _chain_keys(chains: list[tuple[dspy.Example, list[dict[str, str]]]]) -> tuple[dict[int, str], list[str]]:
+    """Each program's state key (by object: the chains hold them alive) and every run's key, in order."""
+    digests = {id(state): state_key(state) for _, states in chains for state in states}
+    return digests, [eval_key(digests[id(state)], ex) for ex, states in chains for state in states]
+
+
 def state_key(instructions: dict[str, str]) -> str:
     return digest(instructions)
 
@@ -138,6 +144,10 @@ class Evaluator:
             start += len(examples)
         return out
 
+    def chain_cost(self, chains: list[tuple[dspy.Example, list[dict[str, str]]]]) -> int:
+        """Metric calls :meth:`evaluate_chains` would charge now for ``chains`` (before any refund)."""
+        return len(self.work.pending(_chain_keys(chains)[1]))
+
     def evaluate_chains(self, chains: list[tuple[dspy.Example, list[dict[str, str]]]], phase: str) -> None:
         """Settle, for each example, its runs under a sequence of programs, in order.
 
@@ -147,8 +157,7 @@ class Evaluator:
         the programs were evaluated one after the other. Results are settled as paid work (later
         evaluations read them) and kept as references, in chain order, once all are done.
         """
-        digests = {id(state): state_key(state) for _, states in chains for state in states}  # all alive here
-        keys = [eval_key(digests[id(state)], ex) for ex, states in chains for state in states]
+        digests, keys = _chain_keys(chains)
         self.budget.charge(len(self.work.pending(keys)))
 
         def run_chain(chain: tuple[dspy.Example, list[dict[str, str]]]) -> list[Outcome]:
