@@ -243,12 +243,7 @@ class RoundEngine:
             firsts.setdefault(cluster.predictor, cluster)
         remaining = self.evaluator.budget.remaining()
         requests = [
-            self.rewrite_request(c)
-            for c in firsts.values()
-            if self.evaluator.cost(self.instructions, [g.record.example for g in c.members])
-            + len(c.members)
-            + len(self.valset)
-            <= remaining
+            self.rewrite_request(c) for c in firsts.values() if self._check_cost(self.instructions, c) <= remaining
         ]
         if len(requests) > 1:
             parallel_map(self.proposer.rewrite, requests, self.config.num_threads)
@@ -271,11 +266,7 @@ class RoundEngine:
         stack: list[tuple[dict[str, str], Cluster]] = []
         program = dict(self.instructions)
         for cluster in ready:
-            examples = [g.record.example for g in cluster.members]
-            if (
-                self.evaluator.cost(program, examples) + len(examples) + len(self.valset)
-                > self.evaluator.budget.remaining()
-            ):
+            if self._check_cost(program, cluster) > self.evaluator.budget.remaining():
                 break  # update() would not pay for this rewrite either
             proposal = self.proposer.rewrite(self.rewrite_request(cluster, program))
             current = program[cluster.predictor]
@@ -296,6 +287,12 @@ class RoundEngine:
                 self.evaluator.evaluate_chains(chains, "validate")
                 return
         logger.info("round %d: no stack of candidate checks fits the budget left", self.round_index)
+
+    def _check_cost(self, program: dict[str, str], cluster: Cluster) -> int:
+        """The most metric calls judging a candidate for ``cluster`` on ``program`` can take: the cluster's
+        runs under ``program`` not paid yet, its runs under the candidate, and one validation pass."""
+        examples = [g.record.example for g in cluster.members]
+        return self.evaluator.cost(program, examples) + len(examples) + len(self.valset)
 
     def _stacked_checks(self, stack: list[tuple[dict[str, str], Cluster]]) -> list[tuple[dspy.Example, list]]:
         """Each validation example under every program of the stack; each cluster's examples under the
@@ -319,7 +316,7 @@ class RoundEngine:
         current = self.instructions[name]
         record = CandidateRecord(self.round_index, name, len(cluster.members), minimum, cluster.text, current, None)
         examples = [g.record.example for g in cluster.members]
-        needed = self.evaluator.cost(self.instructions, examples) + len(examples) + len(self.valset)
+        needed = self._check_cost(self.instructions, cluster)
         if needed > self.evaluator.budget.remaining():  # checked before paying for the rewrite
             raise BudgetExhausted(f"the next candidate check needs up to {needed} metric calls")
         proposal = self.proposer.rewrite(self.rewrite_request(cluster))
@@ -406,8 +403,8 @@ class RoundEngine:
         """Validate the starting program, then run rounds until a stop rule holds; returns the reason.
 
         Stops: ``max_rounds``; no failure left when the batch is the whole training set; a budget
-        cap (the step that would exceed it is not started); as many rounds in a row without a new
-        program run as the cluster schedule is long (nothing left to learn); Ctrl-C.
+        cap (the step that would exceed it is not started); as many rounds in a row without a metric
+        call as the cluster schedule is long (nothing new was run or scored: nothing left to learn); Ctrl-C.
 
         The starting program's validation pass is needed first by the first candidate's check, so
         with several threads it runs beside the first round's attribution and proposals (sharing
@@ -467,16 +464,17 @@ class RoundEngine:
         if overlap:
             self._validation = background.submit(contextvars.copy_context().run, validate)
         else:
-            done: Future = Future()
-            done.set_result(validate())
-            self._validation = done
-            self.finish_validation()
+            self._record_validation(validate())
 
     def finish_validation(self) -> None:
-        """Wait for the starting program's validation pass (raising what it raised) and record it."""
+        """Wait for the starting program's validation pass when it runs beside the round (raising what it
+        raised), and record it."""
         if self._validation is None:
             return
         outcomes, self._validation = self._validation.result(), None
+        self._record_validation(outcomes)
+
+    def _record_validation(self, outcomes: list[Outcome]) -> None:
         self._set_best(outcomes)
         self.initial_val_score = self.best_val_score
         self.val_history.append((len(self.valset), self.best_val_score))
