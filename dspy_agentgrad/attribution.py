@@ -77,10 +77,11 @@ class Attributor:
 
         The levels are resolved one after the other, as the paper does. When most of the first
         level's hinted runs came out unchanged (so took no metric call), a hint on a predictor
-        that is not at fault usually changes nothing in this program: the runs every later level
-        and step may need are then started together (``speculating``). The decisions are the
-        same (each level reads its runs from the cache); only runs a level would have skipped are
-        paid, and those mostly cost no metric call.
+        that is not at fault usually changes nothing in this program: the program runs every later
+        level and step may need are then made together, ahead, unscored (``speculating``). Each
+        level then scores (and pays for) only the runs it asks for, as without speculation, so the
+        decisions and the metric calls are the same under any budget; the runs no level asks for
+        cost LM calls only.
 
         ``round_index`` picks the predictor that takes every failure when ``target_identification`` is off.
         """
@@ -102,7 +103,7 @@ class Attributor:
                 reused = sum(not result.scored for _, _, result in hinted)
                 self.speculating = reused >= SPECULATE_WHEN_REUSED * len(hinted)
                 if self.speculating:
-                    self._hinted(examples, outcomes, [(i, (n,)) for n in levels[1:] for i in unresolved])
+                    self._hinted(examples, outcomes, [(i, (n,)) for n in levels[1:] for i in unresolved], ahead=True)
             for index, hints, result in hinted:
                 record = self._fix_record(examples[index], outcomes[index], result, name)
                 if record is None:
@@ -137,11 +138,16 @@ class Attributor:
         return report, outcomes
 
     def _hinted(
-        self, examples: list[dspy.Example], outcomes: list[Outcome], items: list[tuple[int, tuple[str, ...]]]
+        self,
+        examples: list[dspy.Example],
+        outcomes: list[Outcome],
+        items: list[tuple[int, tuple[str, ...]]],
+        ahead: bool = False,
     ) -> list[tuple[int, dict[str, Hint], Outcome]]:
         """Run each failure ``index`` with hints on ``targets``; skips predictors that did not run or got no hint.
 
         The calls replayed are those of predictors first called before the earliest target in that run.
+        ``ahead``: only run the programs, unscored, for a later call to score (speculation); returns nothing.
         """
         jobs: list[tuple[int, dict[str, Hint], Intervention]] = []
         for index, targets in items:
@@ -161,6 +167,9 @@ class Attributor:
             texts = {t: h.text for t, h in hints.items()}
             jobs.append((index, hints, Intervention(examples[index], texts, replay, outcome)))
         if not jobs:
+            return []
+        if ahead:
+            self.evaluator.intervene_ahead(self.instructions, [job for _, _, job in jobs])
             return []
         results = self.evaluator.intervene(self.instructions, [job for _, _, job in jobs])
         return [(index, hints, result) for (index, hints, _), result in zip(jobs, results)]
@@ -212,9 +221,8 @@ class Attributor:
         chains = {i: chain for i, chain in chains.items() if len(chain) >= 2}
         explained = 0
         if self.speculating:
-            self._hinted(
-                examples, outcomes, [(i, tuple(c[:d])) for i, c in chains.items() for d in range(2, len(c) + 1)]
-            )
+            depths = [(i, tuple(c[:d])) for i, c in chains.items() for d in range(2, len(c) + 1)]
+            self._hinted(examples, outcomes, depths, ahead=True)
         for depth in range(2, max((len(c) for c in chains.values()), default=0) + 1):
             items = [(i, tuple(chain[:depth])) for i, chain in chains.items() if len(chain) >= depth]
             fixed = {}
@@ -246,6 +254,7 @@ class Attributor:
                 examples,
                 outcomes,
                 [(i, tuple(n for n in t if n != t[p])) for i, (t, _) in fixed.items() for p in range(len(t) - 1)],
+                ahead=True,
             )
         for position in range(longest - 1):
             items = []

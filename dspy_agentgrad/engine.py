@@ -232,12 +232,15 @@ class RoundEngine:
         )
 
     def prefetch_rewrites(self, ready: list[Cluster]) -> None:
-        """Ask for the first rewrite of every predictor at once.
+        """Ask for the first rewrite of every predictor at once (with ``speculate`` only).
 
         Exact: until a predictor's first cluster is judged, neither its instruction nor its rejected
         rewrites change (other predictors' updates do not touch them), so :meth:`update` later sends
-        the same request and gets the memoized answer. Only clusters whose checks fit the budget.
+        the same request and gets the memoized answer. Only clusters whose checks fit the budget; none
+        under a prompt-LM cap, where a rewrite asked ahead could take tokens a check that comes first needs.
         """
+        if not self._may_ask_ahead():
+            return
         firsts: dict[str, Cluster] = {}
         for cluster in ready:
             firsts.setdefault(cluster.predictor, cluster)
@@ -248,6 +251,12 @@ class RoundEngine:
         if len(requests) > 1:
             parallel_map(self.proposer.rewrite, requests, self.config.num_threads)
 
+    def _may_ask_ahead(self) -> bool:
+        """Prompt-LM calls the sequential procedure may not make are asked only with ``speculate`` on and no
+        prompt-LM cap (a cap binds in the order calls are made)."""
+        budget = self.evaluator.budget
+        return self.config.speculate and budget.max_prompt_tokens is None and budget.max_prompt_cost is None
+
     def prefetch_judging(self, ready: list[Cluster]) -> None:
         """While speculating, run the round's candidate checks ahead, as if every candidate wins.
 
@@ -255,13 +264,16 @@ class RoundEngine:
         of the ones before (as acceptance would leave the program; a second cluster of a
         predictor is rewritten from the first one's rewrite, as it would be then). Every
         validation example and each cluster's examples are run under the stack in one parallel
-        step, each example's runs in order (:meth:`Evaluator.evaluate_chains`). :meth:`update`
-        then judges each candidate as always and finds its runs and rewrite done; after a
-        rejection, what was stacked above it is wasted and the next checks are paid as usual.
-        The decisions do not change. The stack is cut to the deepest one whose runs all fit in the
-        budget left (they are charged before they start; runs that take an earlier score are given
-        back when they end); one candidate alone is not stacked.
+        step, each example's runs in order (:meth:`Evaluator.run_chains_ahead`), unscored.
+        :meth:`update` then judges each candidate as always, scoring (and paying for) the runs it
+        asks for in its own order, with exact early rejection: the decisions and the metric calls
+        do not change, under any budget. After a rejection, what was stacked above it is wasted
+        (LM calls, no metric call). The stack is cut to the deepest one whose runs are no more than
+        the budget left (more could never be scored); one candidate alone is not stacked. The
+        stacked rewrites are asked only when :meth:`_may_ask_ahead`.
         """
+        if not self._may_ask_ahead():
+            return
         self.finish_validation()
         stack: list[tuple[dict[str, str], Cluster]] = []
         program = dict(self.instructions)
@@ -280,11 +292,10 @@ class RoundEngine:
             stack.append((program, cluster))
         if len(stack) < 2:
             return  # one candidate: nothing to overlap
-        # the deepest stack whose runs, all charged before they start, fit the budget left
         for depth in range(len(stack), 1, -1):
             chains = self._stacked_checks(stack[:depth])
             if self.evaluator.chain_cost(chains) <= self.evaluator.budget.remaining():
-                self.evaluator.evaluate_chains(chains, "validate")
+                self.evaluator.run_chains_ahead(chains)
                 return
         logger.info("round %d: no stack of candidate checks fits the budget left", self.round_index)
 
@@ -435,6 +446,7 @@ class RoundEngine:
                 self.interrupted, self.stop_reason = True, "interrupted (KeyboardInterrupt)"
             finally:
                 self._settle_validation()
+                self.evaluator.drop_ahead()
         self.emit(
             "on_run_end",
             RunEnd(
@@ -496,6 +508,7 @@ class RoundEngine:
     def run_round(self) -> RoundRecord:
         """One round; returns its record (also appended to ``self.rounds``)."""
         r = self.round_index
+        self.evaluator.drop_ahead()  # runs made ahead in an earlier round that nothing asked for
         minimum = min_cluster_size(self.config.cluster_schedule, r)
         batch = [self.trainset[i] for i in self.sampler.next()]
         self.emit("on_round_start", RoundStart(r, minimum, len(batch), self.evaluator.budget.metric_calls))

@@ -12,6 +12,11 @@ predictors; for an intervention, the run it intervenes on. A run whose program o
 equals its reference's takes that score without a metric call, and its charge is given
 back. References are chosen from batches already settled, in request order, so the
 choice and the metric calls are the same at any thread count and after a resume.
+
+Speculation runs programs ahead (:meth:`Evaluator.run_chains_ahead`, :meth:`Evaluator.intervene_ahead`)
+without scoring them: a run made ahead is scored, and charged, only when the sequential procedure asks
+for it, so the metric calls and the decisions are those of the procedure without speculation, under
+any budget.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from .jsonable import digest, example_key
 from .paid_work import PaidWork
 from .parallel import parallel_map
 from .store import Memo
-from .tracing import Outcome, ProgramRunner, Reference, Step, check_first_runs
+from .tracing import Execution, Outcome, ProgramRunner, Reference, Step, check_first_runs
 from .usage import UsageLedger
 
 #: Earlier plain runs kept per example as candidate references.
@@ -111,6 +116,7 @@ class Evaluator:
         self.reused = 0  # runs that took their reference's score instead of a metric call
         self.errors: Counter[str] = Counter()
         self._history: dict[str, list[tuple[dict[str, str], Outcome]]] = {}
+        self._ahead: dict[str, Execution] = {}  # program runs made ahead of their scoring (speculation), by key
         self._lock = threading.Lock()
         self._first_runs_checked = False
 
@@ -132,7 +138,7 @@ class Evaluator:
         def pay_for(i: int) -> Callable[[], Outcome]:
             instructions, ex = plain[i]
             reference = self._reference(instructions, ex)
-            return lambda: self.runner.run(ex, instructions, reference=reference)
+            return self._scored(keys[i], ex, reference, lambda: self.runner.execute(ex, instructions, reference=reference))
 
         flat = self._run(keys, pay_for, phase)
         if self.reuse:
@@ -145,43 +151,83 @@ class Evaluator:
         return out
 
     def chain_cost(self, chains: list[tuple[dspy.Example, list[dict[str, str]]]]) -> int:
-        """Metric calls :meth:`evaluate_chains` would charge now for ``chains`` (before any refund)."""
-        return len(self.work.pending(_chain_keys(chains)[1]))
+        """Program runs :meth:`run_chains_ahead` would make now for ``chains`` (none is a metric call)."""
+        return len(self._not_run(_chain_keys(chains)[1]))
 
-    def evaluate_chains(self, chains: list[tuple[dspy.Example, list[dict[str, str]]]], phase: str) -> None:
-        """Settle, for each example, its runs under a sequence of programs, in order.
+    def run_chains_ahead(self, chains: list[tuple[dspy.Example, list[dict[str, str]]]]) -> None:
+        """Run, for each example, the program under a sequence of programs, in order, ahead of their scoring.
 
         Each program of a sequence differs from the one before it by a few instructions, and its
         run takes the run before it as reference (the first, the kept run with the fewest
-        changes): so a run whose output the change leaves as it was is reused, as it would be if
-        the programs were evaluated one after the other. Results are settled as paid work (later
-        evaluations read them) and kept as references, in chain order, once all are done.
+        changes): so a call the change leaves as it was is not sent to the LM again. Nothing is
+        scored or charged here: a later evaluation that asks for one of these runs scores it then,
+        in the order and under the budget of the sequential procedure (:meth:`_scored`).
         """
         digests, keys = _chain_keys(chains)
-        self.budget.charge(len(self.work.pending(keys)))
+        wanted = set(self._not_run(keys))
 
-        def run_chain(chain: tuple[dspy.Example, list[dict[str, str]]]) -> list[Outcome]:
+        def run_chain(chain: tuple[dspy.Example, list[dict[str, str]]]) -> None:
             example, states = chain
-            outcomes: list[Outcome] = []
+            previous: Execution | None = None
             for k, state in enumerate(states):
-                if k == 0 or not self.reuse or outcomes[-1].error is not None:
+                key = eval_key(digests[id(state)], example)
+                with self._lock:
+                    known = self._ahead.get(key)
+                if known is None and key not in wanted:
+                    previous = None  # scored already (or run by another chain): its run is not at hand
+                    continue
+                reference = previous.as_reference(_changed(state, states[k - 1])) if previous and self.reuse else None
+                if reference is None:
                     reference = self._reference(state, example)
-                else:
-                    reference = Reference(outcomes[-1], _changed(state, states[k - 1]))
-                outcomes.append(
-                    self._settle(
-                        eval_key(digests[id(state)], example),
-                        lambda r=reference, st=state: self.runner.run(example, st, reference=r),
-                        phase,
-                    )
-                )
-            return outcomes
+                if known is None:
+                    known = self.runner.execute(example, state, reference=reference)
+                    with self._lock:
+                        self._ahead.setdefault(key, known)
+                previous = known
 
-        done = parallel_map(run_chain, chains, self.num_threads)
-        if self.reuse:
-            for (example, states), outcomes in zip(chains, done):
-                for state, outcome in zip(states, outcomes):
-                    self._remember(state, example, outcome)
+        parallel_map(run_chain, chains, self.num_threads)
+
+    def intervene_ahead(self, instructions: dict[str, str], items: list[Intervention]) -> None:
+        """Make the hinted runs ``items`` ahead of their scoring (see :meth:`run_chains_ahead`)."""
+        keys, execute = self._interventions(instructions, items)
+        first: dict[str, int] = {}
+        for i, key in enumerate(keys):
+            first.setdefault(key, i)
+        wanted = set(self._not_run(keys))
+        todo = [(key, i) for key, i in first.items() if key in wanted]
+
+        def run(job: tuple[str, int]) -> None:
+            execution = execute(job[1])
+            with self._lock:
+                self._ahead.setdefault(job[0], execution)
+
+        parallel_map(run, todo, self.num_threads)
+
+    def drop_ahead(self, phase: str = "speculation") -> int:
+        """Forget the runs made ahead that nothing asked for; their LM usage is counted under ``phase``."""
+        with self._lock:
+            unused, self._ahead = list(self._ahead.values()), {}
+        for execution in unused:
+            self.ledger.add("task", phase, execution.usage)
+        return len(unused)
+
+    def _not_run(self, keys: list[str]) -> list[str]:
+        """The distinct ``keys`` neither settled, in flight, nor run ahead."""
+        with self._lock:
+            ahead = set(self._ahead)
+        return [key for key in self.work.pending(keys) if key not in ahead]
+
+    def _scored(
+        self, key: str, example: dspy.Example, reference: Reference | None, execute: Callable[[], Execution]
+    ) -> Callable[[], Outcome]:
+        """The work that settles ``key``: score the run made ahead for it, or make the run now and score it."""
+
+        def pay() -> Outcome:
+            with self._lock:
+                execution = self._ahead.pop(key, None)
+            return self.runner.score(example, execute() if execution is None else execution, reference)
+
+        return pay
 
     def race(
         self,
@@ -214,18 +260,33 @@ class Evaluator:
     def intervene(
         self, instructions: dict[str, str], items: list[Intervention], phase: str = "intervene"
     ) -> list[Outcome]:
+        keys, execute = self._interventions(instructions, items)
+
+        def pay_for(i: int) -> Callable[[], Outcome]:
+            return self._scored(keys[i], items[i].example, self._intervention_reference(items[i]), lambda: execute(i))
+
+        return self._run(keys, pay_for, phase)
+
+    def _interventions(
+        self, instructions: dict[str, str], items: list[Intervention]
+    ) -> tuple[list[str], Callable[[int], Execution]]:
+        """The keys of hinted runs, and the program run of ``items[i]`` (not scored)."""
         sk = state_key(instructions)
         keys = [f"hint:{sk}:{example_key(it.example)}:{digest(it.hints)}" for it in items]
 
-        def pay_for(i: int) -> Callable[[], Outcome]:
+        def execute(i: int) -> Execution:
             it = items[i]
-            reuse = self.reuse and it.original is not None and it.original.error is None
-            reference = Reference(it.original, frozenset(it.hints)) if reuse else None
-            return lambda: self.runner.run(
-                it.example, instructions, hints=it.hints, replay=it.replay, reference=reference
+            return self.runner.execute(
+                it.example, instructions, hints=it.hints, replay=it.replay, reference=self._intervention_reference(it)
             )
 
-        return self._run(keys, pay_for, phase)
+        return keys, execute
+
+    def _intervention_reference(self, item: Intervention) -> Reference | None:
+        """A hinted run reuses the run it intervenes on, when that run did not fail."""
+        if self.reuse and item.original is not None and item.original.error is None:
+            return Reference(item.original, frozenset(item.hints))
+        return None
 
     def _reference(self, instructions: dict[str, str], example: dspy.Example) -> Reference | None:
         """The kept run of ``example`` whose instructions differ from ``instructions`` in the fewest

@@ -12,7 +12,7 @@ never see each other's control.
 
 Replay is keyed by (predictor, inputs, occurrence), not by position, so it survives
 threads inside the program: a call of a predictor that ran before the hinted one gets
-back the live ``Prediction`` it returned in this process (types intact) or, after a
+back a copy of the ``Prediction`` it returned, taken at call time (types intact) or, after a
 resume, one rebuilt from the signature's output types; a call that cannot be replayed
 runs live and is counted.
 
@@ -66,8 +66,8 @@ class ProgramBug(RuntimeError):
 class Step:
     """One predictor call: which predictor, its call number in the run, its inputs and outputs.
 
-    ``prediction`` is the live object the call returned, kept in memory only (never journaled)
-    so that replay hands back the same types.
+    ``prediction`` is a copy of the object the call returned, taken when it returned, kept in memory
+    only (never journaled) so that replay hands back the same types and values.
     """
 
     name: str
@@ -155,6 +155,25 @@ class Reference:
         """The calls of unchanged predictors, except those already in the run's strict replay."""
         taken = {id(step) for step in replayed}
         return [s for s in self.outcome.steps if s.name not in self.changed and id(s) not in taken]
+
+
+@dataclass
+class Execution:
+    """A program run before scoring: what it returned (or raised), its calls and LM usage."""
+
+    prediction: Any
+    error: BaseException | None
+    steps: list[Step]
+    usage: dict[str, int]
+    attempts: int
+    replay_misses: int
+    predictor_errors: list[BaseException] = field(default_factory=list, repr=False)
+
+    def as_reference(self, changed: frozenset[str]) -> Reference | None:
+        """This run as the reference of a later run of the same example (its calls reused, not its score)."""
+        if self.error is not None:
+            return None
+        return Reference(Outcome(0.0, steps=self.steps), changed)
 
 
 def _inputs_key(name: str, inputs: dict[str, Any]) -> str:
@@ -256,12 +275,18 @@ def rebuild_prediction(signature: type[dspy.Signature], outputs: dict[str, Any])
     return dspy.Prediction(**values)
 
 
+def _snapshot(prediction: Any) -> Any:
+    """A copy of what a call returned, taken when it returned: the program may edit its outputs afterwards
+    (pop from a list, set a field), and a replay must hand back what the predictor said."""
+    try:
+        return copy.deepcopy(prediction)
+    except Exception:  # an output type that cannot be copied: keep the object itself
+        return prediction
+
+
 def _replayed(predictor: dspy.Predict, step: Step) -> dspy.Prediction | None:
     if step.prediction is not None:
-        try:
-            return copy.deepcopy(step.prediction)
-        except Exception:  # an output type that cannot be copied: hand back the object itself
-            return step.prediction
+        return _snapshot(step.prediction)  # each replay gets its own copy, for the same reason
     try:
         return rebuild_prediction(predictor.signature, step.outputs)
     except (pydantic.ValidationError, TypeError, ValueError):
@@ -312,7 +337,7 @@ class _Call:
 
     def finish(self, prediction: Any) -> Any:
         outputs = to_jsonable(dict(prediction.items())) if hasattr(prediction, "items") else {}
-        self.control.record(self.sequence, Step(self.name, self.inputs, outputs, self.call, prediction))
+        self.control.record(self.sequence, Step(self.name, self.inputs, outputs, self.call, _snapshot(prediction)))
         return prediction
 
 
@@ -435,16 +460,31 @@ class ProgramRunner:
         reference: Reference | None = None,
     ) -> Outcome:
         """One scored run; ``replay``: calls that must be replayed; ``reference``: an earlier run to reuse."""
+        execution = self.execute(example, instructions, hints=hints, replay=replay, reference=reference)
+        return self.score(example, execution, reference)
+
+    def execute(
+        self,
+        example: dspy.Example,
+        instructions: dict[str, str],
+        *,
+        hints: dict[str, str] | None = None,
+        replay: Iterable[Step] = (),
+        reference: Reference | None = None,
+    ) -> Execution:
+        """Run the program (retrying transient errors) without scoring it: no metric call."""
         attempt = 0
         total_usage = empty_usage()
         replay = list(replay)
         reuse = reference.reusable_steps(replay) if reference is not None else []
+        track_usage = bool(dspy.settings.get("track_usage"))
         while True:
             attempt += 1
             control = RunControl(dict(instructions), hints, replay, reuse)
             lm = {"lm": self.task_model} if self.task_model else {}
+            per_lm: dict[str, dict] = {}
             try:
-                with track() as usage, dspy.context(trace=[], **{CONTROL_KEY: control}, **lm):
+                with track(per_lm) as usage, dspy.context(trace=[], **{CONTROL_KEY: control}, **lm):
                     if self.is_async:
                         prediction = _run_async(self.program, example.inputs())
                     else:
@@ -457,16 +497,26 @@ class ProgramRunner:
             if error is not None and is_transient(error) and attempt < self.retry.attempts:
                 self.retry.wait(attempt, error)
                 continue
-            steps = control.steps()
-            if error is not None:
-                kind = error_kind(error)
-                if not _raised_in_predictor(error, control.predictor_errors) and not is_transient(error):
-                    kind = "program:" + type(error).__name__
-                outcome = Outcome(0.0, f"The program failed: {kind}: {error}", kind, steps, {}, total_usage, attempt)
-            else:
-                outcome = self._score(example, prediction, steps, total_usage, attempt, reference)
-            outcome.replay_misses = control.replay_misses
-            return outcome
+            if track_usage and error is None and hasattr(prediction, "set_lm_usage"):
+                prediction.set_lm_usage(per_lm)  # what DSPy attaches under track_usage, from this run's own tracker
+            steps, misses = control.steps(), control.replay_misses
+            return Execution(prediction, error, steps, total_usage, attempt, misses, control.predictor_errors)
+
+    def score(self, example: dspy.Example, execution: Execution, reference: Reference | None = None) -> Outcome:
+        """The scored outcome of ``execution`` (a metric call, unless its output equals ``reference``'s)."""
+        usage = dict(execution.usage)
+        if execution.error is not None:
+            error = execution.error
+            kind = error_kind(error)
+            if not _raised_in_predictor(error, execution.predictor_errors) and not is_transient(error):
+                kind = "program:" + type(error).__name__
+            outcome = Outcome(
+                0.0, f"The program failed: {kind}: {error}", kind, execution.steps, {}, usage, execution.attempts
+            )
+        else:
+            outcome = self._score(example, execution.prediction, execution.steps, usage, execution.attempts, reference)
+        outcome.replay_misses = execution.replay_misses
+        return outcome
 
     def _score(self, example, prediction, steps, total_usage, attempts, reference=None) -> Outcome:
         outputs = (

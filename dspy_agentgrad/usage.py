@@ -43,15 +43,17 @@ class _SharedTracker(UsageTracker):
 
 
 @contextmanager
-def track() -> Iterator[dict[str, int]]:
+def track(per_lm: dict[str, dict] | None = None) -> Iterator[dict[str, int]]:
     """Collect the LM calls made inside the block, in any DSPy worker thread, into the yielded dict
-    (filled on exit)."""
+    (filled on exit); ``per_lm``, when given, gets DSPy's own per-LM totals (what ``get_lm_usage()`` shows)."""
     usage = empty_usage()
     tracker, parent = _SharedTracker(), dspy.settings.usage_tracker
     with dspy.context(usage_tracker=tracker):
         try:
             yield usage
         finally:
+            if per_lm is not None:
+                per_lm.update(tracker.get_total_tokens())
             if parent is not None:  # roll up into an enclosing tracker, as dspy.track_usage does
                 for lm, entries in tracker.usage_data.items():
                     parent.usage_data[lm].extend(entries)

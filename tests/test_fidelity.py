@@ -1,0 +1,415 @@
+"""The speed machinery never costs the paper's decisions: speculation under a binding budget, hard prompt-LM
+caps under retries, faithful replay, honest pseudo-labels where the LM rewords, and the metric conventions
+GEPA accepts."""
+
+from __future__ import annotations
+
+import re
+import zlib
+
+import dspy
+import numpy as np
+import pytest
+from world import Pipeline, ShapeWorld, World, dumps, feedback_metric, make_data, make_example, world_lm
+
+from dspy_agentgrad import AgentGrad
+from dspy_agentgrad.testing import RuleEngine, fake_lm
+
+FAST = dict(auto=None, retry_backoff_s=0, progress=False)
+
+
+def decisions(result) -> list[tuple]:
+    return [(c.round, c.predictor, c.instruction, c.accepted, c.val_score) for c in result.candidates]
+
+
+# ---- 1. speculation is budget-aware -------------------------------------------------------------------
+
+SWEEP_TRAIN = make_data({"extract": 3, "notes": 3, "answer": 2, "extract+notes": 2, "none": 2})
+SWEEP_VAL = make_data({"none": 8, "extract": 2, "notes": 2, "answer": 2}, start=50)
+
+
+def sweep_run(cap: int | None, threads: int, speculate: bool, max_rounds: int | None = None):
+    dspy.configure(lm=world_lm(World(overfit=("answer",))))
+    optimizer = AgentGrad(
+        feedback_metric,
+        max_metric_calls=cap,
+        max_rounds=max_rounds,
+        cluster_schedule=(2, 1),
+        num_threads=threads,
+        speculate=speculate,
+        **FAST,
+    )
+    return optimizer.compile(Pipeline(), trainset=SWEEP_TRAIN, valset=SWEEP_VAL).detailed_results
+
+
+@pytest.mark.parametrize("threads", [1, 4])
+def test_speculation_decides_as_the_sequential_procedure_at_every_budget(threads):
+    for cap in (40, 60, 68, 90, 130):
+        on, off = sweep_run(cap, threads, True), sweep_run(cap, threads, False)
+        assert on.best_val_score >= off.best_val_score, f"cap {cap}"
+        assert decisions(on) == decisions(off), f"cap {cap}"
+        assert on.metric_calls == off.metric_calls <= cap, f"cap {cap}"
+        assert dumps(on.to_dict()["rounds"]) == dumps(off.to_dict()["rounds"]), f"cap {cap}"
+
+
+def test_speculation_still_runs_ahead_where_the_budget_does_not_bind():
+    on, off = sweep_run(None, 4, True, max_rounds=3), sweep_run(None, 4, False, max_rounds=3)
+    assert decisions(on) == decisions(off) and on.metric_calls == off.metric_calls
+    assert on.best_val_score == off.best_val_score > on.initial_val_score
+    # runs were made ahead: those stacked above the rejected overfitting rewrite were never asked for
+    assert on.usage["by_phase"]["speculation"]["calls"] > 0
+    assert "speculation" not in off.usage["by_phase"]
+
+
+# ---- 2. prompt-LM caps hold under retries -------------------------------------------------------------
+
+
+def garbage_prompt_run(cap: int | None):
+    dspy.configure(lm=world_lm(World()))
+    prompt_lm = fake_lm(lambda call: "garbage " * 40)
+    prompt_lm.kwargs["max_tokens"] = 5
+    optimizer = AgentGrad(
+        feedback_metric, prompt_model=prompt_lm, max_rounds=2, cluster_schedule=(1,), max_prompt_tokens=cap, **FAST
+    )
+    train = make_data({"extract": 2, "notes": 2, "answer": 2})
+    result = optimizer.compile(Pipeline(), trainset=train, valset=make_data({"none": 2}, start=50))
+    return result.detailed_results
+
+
+def paid_prompt_tokens(result) -> int:
+    return result.usage["prompt"]["prompt_tokens"] + result.usage["prompt"]["completion_tokens"]
+
+
+def test_a_prompt_token_cap_holds_when_the_prompt_lm_answers_garbage():
+    uncapped = paid_prompt_tokens(garbage_prompt_run(None))
+    assert uncapped > 0
+    for share in (0.2, 0.45, 0.7, 0.9):
+        cap = int(uncapped * share)
+        result = garbage_prompt_run(cap)
+        assert paid_prompt_tokens(result) <= cap, f"cap {cap}"
+        assert "prompt-LM token budget" in result.stop_reason
+
+
+def test_parse_errors_of_a_prompt_role_are_not_retried():
+    engine = RuleEngine(lambda call: "garbage with no fields")
+    dspy.configure(lm=world_lm(World()))
+    optimizer = AgentGrad(feedback_metric, prompt_model=fake_lm(engine), max_rounds=1, cluster_schedule=(1,), **FAST)
+    train = make_data({"extract": 1})
+    result = optimizer.compile(Pipeline(), trainset=train, valset=make_data({"none": 1}, start=50)).detailed_results
+    failed = sum(n for role, n in result.prompt_role_failures.items() if ":" not in role)
+    assert failed >= 1
+    # one request per failed role call (the adapter's own JSON fallback may make it two LM calls), never 3 attempts
+    assert engine.calls <= 2 * failed
+
+
+# ---- 3. replay hands back what the predictor returned at call time ----------------------------------------
+
+
+class Popper(dspy.Module):
+    """Takes the first item off a list output in place, as user programs do."""
+
+    def __init__(self):
+        super().__init__()
+        self.items = dspy.Predict("question -> items: list[str]")
+        self.answer = dspy.Predict("question, first -> answer")
+
+    def forward(self, question):
+        items = self.items(question=question).items
+        first = items.pop(0)
+        return self.answer(question=question, first=first)
+
+
+def test_replay_returns_outputs_as_they_were_returned_whatever_the_program_did_to_them():
+    world = ShapeWorld(
+        {"items": lambda call: [f"x-{call.inputs['question']}"], "answer": lambda call: call.inputs["first"]},
+        faulty="answer",
+    )
+    dspy.configure(lm=fake_lm(world))
+    train = [dspy.Example(question=f"q{i}", answer=f"x-q{i}").with_inputs("question") for i in range(3)]
+    val = [dspy.Example(question=f"v{i}", answer=f"x-v{i}").with_inputs("question") for i in range(2)]
+
+    def exact(gold, pred, trace=None):
+        return float(pred.answer == gold.answer)
+
+    result = AgentGrad(exact, max_rounds=1, cluster_schedule=(1,), **FAST).compile(Popper(), trainset=train, valset=val)
+    details = result.detailed_results
+    assert not details.program_errors, details.program_errors
+    assert details.rounds[0].attributed == {"answer": 3, "items": 0}
+    assert details.best_val_score == 1.0
+
+
+# ---- 4. pseudo-labels where the LM rewords its outputs -----------------------------------------------------
+
+
+class Rewording(World):
+    """The test world, with an LM that rewords every output with its prompt (a digest of it appended), as real
+    API models do; the pipeline and metric read past the wording. Each faulty predictor follows its hint only
+    for some wordings of its inputs (a stable hash), as a real LM does."""
+
+    def __init__(self, reword: bool = True, **kwargs):
+        super().__init__(**kwargs)
+        self.reword = reword
+
+    def _follows(self, name, call):
+        text = f"{name}:{sorted(call.inputs.items())}"
+        return zlib.crc32(text.encode()) % 1000 < self.hint_follow_rate * 1000
+
+    def __call__(self, call):
+        out = super().__call__(call)
+        if not self.reword or "current_instruction" in call.inputs or not isinstance(out, dict):
+            return out
+        tag = zlib.crc32(f"{call.instructions}|{sorted(call.inputs.items())}".encode()) % 997
+        return {k: f"{v} ~{tag}" for k, v in out.items()}
+
+
+class WordPipeline(Pipeline):
+    """The test pipeline reading only the first word of each output (the wording after it does not matter)."""
+
+    def forward(self, question):
+        from world import retrieve
+
+        keyword = self.extract(question=question).keyword.split()[0]
+        notes = self.notes(question=question, passages=retrieve(keyword)).notes
+        answer = self.answer(question=question, notes=notes).answer
+        return dspy.Prediction(answer=answer.split()[0], keyword=keyword)
+
+
+def pseudo_labels(reword: bool, seed: int) -> tuple[int, int]:
+    """(pseudo-labels from cumulative hints, of them on predictors whose kind is not at fault)."""
+    world = Rewording(reword=reword, hint_follow_rate=0.7)
+    dspy.configure(lm=world_lm(world))
+    train = make_data({"extract+notes": 6, "notes+answer": 5, "extract+answer": 5, "extract": 2, "notes": 2})
+    records = []
+
+    class Keep:
+        def on_attribution(self, event):
+            records.extend(
+                (name, rec.example.question)
+                for name, recs in event.report.attributed.items()
+                for rec in recs
+                if event.report.explained_cumulative
+            )
+
+    AgentGrad(
+        feedback_metric, max_rounds=1, seed=seed, train_batch_size=20, callbacks=[Keep()], cluster_schedule=(1,), **FAST
+    ).compile(WordPipeline(), trainset=train, valset=make_data({"none": 2}, start=90))
+    blameless = [
+        (n, q) for n, q in records if n not in re.match(r"id\d+ kind=([\w+]+)", q).group(1).split("+")
+    ]
+    return len(records), len(blameless)
+
+
+def test_a_hint_that_only_rewords_a_blameless_predictor_gives_it_no_pseudo_label():
+    for seed in range(3):
+        plain_total, plain_blameless = pseudo_labels(False, seed)
+        reworded_total, reworded_blameless = pseudo_labels(True, seed)
+        assert plain_blameless == 0
+        assert reworded_blameless == 0, (seed, reworded_total, reworded_blameless)
+
+
+# ---- 5. smaller defects ---------------------------------------------------------------------------------
+
+
+def test_a_zero_vector_is_its_own_group_and_does_not_merge_the_others():
+    from dspy_agentgrad.clustering import embedding_groups, tfidf_groups
+
+    assert embedding_groups([[1.0, 0.0], [0.0, 0.0], [0.0, 1.0]]) == [[0], [1], [2]]
+    assert embedding_groups([[1.0, 0.0], [1.0, 0.01], [0.0, 0.0]]) == [[0, 1], [2]]
+    groups = tfidf_groups(["fix the keyword extractor", "the", "fix the keyword extractor now", "write longer notes"])
+    assert [1] in groups and len(groups) >= 3
+
+
+def test_waiting_gradients_are_dropped_once_their_predictor_changed():
+    class TwoPatterns(World):
+        def _role(self, call):
+            if "gradient" in call.output_fields and "odd" in call.inputs.get("step_inputs", ""):
+                self.calls["gradient"] += 1
+                return {"gradient": f"Also apply FIX-{self.fix_name(call)} to odd cases."}
+            return super()._role(call)
+
+    dspy.configure(lm=world_lm(TwoPatterns()))
+    odd = dspy.Example(question="id9 kind=extract odd", answer="ans-id9").with_inputs("question")
+    train = make_data({"extract": 2, "none": 1}) + [odd]
+    result = AgentGrad(feedback_metric, max_rounds=2, cluster_schedule=(2, 1), **FAST).compile(
+        Pipeline(), trainset=train, valset=make_data({"extract": 1, "none": 1}, start=50)
+    )
+    candidates = result.detailed_results.candidates
+    assert [(c.round, c.predictor, c.accepted) for c in candidates if c.round == 0] == [(0, "extract", True)]
+    # the odd case waited in round 0, was written against the instruction round 0 replaced, and is solved now
+    assert not [c for c in candidates if c.round == 1]
+
+
+def test_a_budget_stop_inside_the_cumulative_pass_keeps_the_count_of_what_it_explained():
+    train = make_data({"extract+notes": 4, "notes+answer": 4})
+    seen = set()
+    for cap in range(14, 50, 3):
+        dspy.configure(lm=world_lm(World()))
+        result = AgentGrad(
+            feedback_metric, max_metric_calls=cap, max_rounds=1, cluster_schedule=(1,), train_batch_size=8, **FAST
+        ).compile(Pipeline(), trainset=train, valset=make_data({"none": 2}, start=50))
+        for r in result.detailed_results.rounds:
+            assert r.failures == r.explained_single + r.explained_cumulative + r.hard_cases, f"cap {cap}"
+            seen.add((r.explained_cumulative, r.hard_cases))
+    assert any(explained and hard for explained, hard in seen)  # some cap stopped the pass half-way
+
+
+class LeakyNotes(World):
+    """A note-taker that copies the gold answer out of its hint into its notes."""
+
+    def __call__(self, call):
+        if call.output_fields == ["notes"] and call.hint is not None:
+            copied = re.search(r"answer = (\S+?)[;.\s]", call.hint + " ")
+            if copied:
+                self.calls["notes"] += 1
+                return {"notes": f"the answer is {copied.group(1)}"}
+        return super().__call__(call)
+
+
+def test_the_cumulative_pass_does_not_take_a_fix_that_copies_a_revealed_label():
+    dspy.configure(lm=world_lm(LeakyNotes()))
+    train = make_data({"extract+answer": 3})
+    records = {}
+
+    class Keep:
+        def on_attribution(self, event):
+            records.update({n: len(r) for n, r in event.report.attributed.items()})
+
+    AgentGrad(feedback_metric, max_rounds=1, cluster_schedule=(1,), callbacks=[Keep()], **FAST).compile(
+        Pipeline(), trainset=train, valset=make_data({"none": 1}, start=50)
+    )
+    assert records == {"extract": 3, "notes": 0, "answer": 3}
+
+
+def test_rewrites_are_not_asked_ahead_without_speculation():
+    world = World()
+    dspy.configure(lm=world_lm(world))
+    train = make_data({"extract": 2, "notes": 2, "answer": 2})
+    val = make_data({"none": 4}, start=50)
+    # enough budget for the first candidate's checks only
+    result = AgentGrad(
+        feedback_metric, max_metric_calls=6 + 4 + 4 + 6, cluster_schedule=(2,), speculate=False, **FAST
+    ).compile(Pipeline(), trainset=train, valset=val)
+    asked = len([c for c in result.detailed_results.candidates if c.instruction])
+    assert world.calls["rewrite"] == asked
+
+
+def test_worst_case_calls_bounds_every_run():
+    from dspy_agentgrad.config import worst_case_calls
+
+    train = make_data({"extract+notes": 3, "notes+answer": 3, "extract": 2, "notes": 2, "answer": 2})
+    val = make_data({"none": 6, "extract": 1}, start=50)
+    for schedule in ((1,), (2, 1)):
+        dspy.configure(lm=world_lm(World(overfit=("answer", "notes"))))
+        result = AgentGrad(
+            feedback_metric, max_rounds=3, cluster_schedule=schedule, train_batch_size=12, speculate=False, **FAST
+        ).compile(Pipeline(), trainset=train, valset=val)
+        worst = worst_case_calls(3, 3, len(train), len(val), 12, len(schedule))
+        assert result.detailed_results.metric_calls <= worst
+
+
+def test_replay_and_reuse_tell_calls_with_other_demos_apart():
+    class ByKind(dspy.Module):
+        def __init__(self):
+            super().__init__()
+            self.kind = dspy.Predict("question -> kind")
+            self.answer = dspy.Predict("question -> answer")
+
+        def forward(self, question):
+            kind = self.kind(question=question).kind
+            demos = [dspy.Example(question="demo", answer=f"style-{kind}")]
+            return self.answer(question=question, demos=demos)
+
+    def rule(call):
+        if "current_instruction" in call.inputs:
+            return world._role(call)
+        if call.output_fields == ["kind"]:
+            return {"kind": "good" if "FIX-kind" in call.instructions or call.hint else "bad"}
+        return {"answer": "right" if "style-good" in call.user + call.system or "style-good" in str(call) else "wrong"}
+
+    world = ShapeWorld({}, faulty="none")
+    dspy.configure(lm=fake_lm(rule))
+    data = [dspy.Example(question=f"q{i}", answer="right").with_inputs("question") for i in range(4)]
+    result = AgentGrad(
+        lambda gold, pred, trace=None: float(pred.answer == gold.answer),
+        max_rounds=1,
+        cluster_schedule=(1,),
+        **FAST,
+    ).compile(ByKind(), trainset=data[:2], valset=data[2:])
+    details = result.detailed_results
+    assert details.rounds[0].attributed["kind"] == 2
+    assert details.best_val_score == 1.0
+
+
+def test_outputs_that_only_print_alike_are_not_taken_for_equal():
+    class Opaque:
+        def __init__(self, value):
+            self.value = value
+
+        def __str__(self):
+            return "an answer"
+
+    class Wrap(dspy.Module):
+        def __init__(self):
+            super().__init__()
+            self.answer = dspy.Predict("question -> answer")
+
+        def forward(self, question):
+            return dspy.Prediction(answer=Opaque(self.answer(question=question).answer))
+
+    world = ShapeWorld({"answer": lambda call: "right"}, faulty="answer")
+    dspy.configure(lm=fake_lm(world))
+    data = [dspy.Example(question=f"q{i}", answer="right").with_inputs("question") for i in range(4)]
+    result = AgentGrad(
+        lambda gold, pred, trace=None: float(pred.answer.value == gold.answer),
+        max_rounds=1,
+        cluster_schedule=(1,),
+        **FAST,
+    ).compile(Wrap(), trainset=data[:2], valset=data[2:])
+    assert result.detailed_results.rounds[0].attributed == {"answer": 2}
+    assert result.detailed_results.best_val_score == 1.0
+
+
+# ---- 6. metric conventions GEPA accepts --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("convert", [np.bool_, np.float32, np.int64], ids=["bool_", "float32", "int64"])
+def test_numpy_scores_are_accepted(convert):
+    dspy.configure(lm=world_lm(World()))
+
+    def numpy_metric(gold, pred, trace=None):
+        return convert(pred.answer == gold.answer)
+
+    train = make_data({"extract": 2, "none": 1})
+    result = AgentGrad(numpy_metric, max_rounds=1, cluster_schedule=(1,), **FAST).compile(
+        Pipeline(), trainset=train, valset=make_data({"extract": 1, "none": 1}, start=50)
+    )
+    assert result.detailed_results.best_val_score == 1.0
+
+
+def test_a_metric_reading_lm_usage_gets_it_under_track_usage_and_accounting_stays_exact():
+    world = World()
+    engine = RuleEngine(world)
+    task = fake_lm(engine)
+    prompt_engine = RuleEngine(world)
+    seen = []
+
+    def usage_metric(gold, pred, trace=None):
+        usage = pred.get_lm_usage()
+        seen.append(usage)
+        return float(bool(usage) and pred.answer == gold.answer)
+
+    train = make_data({"extract": 2, "none": 1})
+    with dspy.context(lm=task, track_usage=True):
+        result = AgentGrad(
+            usage_metric, prompt_model=fake_lm(prompt_engine, "fake/prompt"), max_rounds=1, cluster_schedule=(1,), **FAST
+        ).compile(Pipeline(), trainset=train, valset=make_data({"extract": 1, "none": 1}, start=50))
+    details = result.detailed_results
+    assert seen and all(seen)
+    assert details.best_val_score == 1.0
+    assert details.usage["task"]["calls"] == engine.calls
+    assert details.usage["prompt"]["calls"] == prompt_engine.calls
+
+
+def test_world_examples_are_stable():  # the examples above depend on these shapes
+    assert make_example(3, "extract").question == "id3 kind=extract"
+    assert dumps({"b": 1, "a": 2}) == '{"a": 2, "b": 1}'
