@@ -149,13 +149,20 @@ def completion_bound(lm: Any) -> int:
 
 
 def worst_case_usage(lm: Any, signature: Any, inputs: dict[str, Any]) -> dict[str, int]:
-    """A call's tokens at most: its formatted prompt (estimated from its length) plus the LM's ``max_tokens``."""
+    """A call's tokens at most: its formatted prompt (estimated from its length) plus the LM's ``max_tokens``,
+    for each LM request the adapter may make (DSPy's ``ChatAdapter`` asks again through its JSON adapter
+    when it cannot parse a reply)."""
     import dspy
 
     adapter = dspy.settings.adapter or dspy.ChatAdapter()
-    try:
-        messages = adapter.format(signature, demos=[], inputs=inputs)
-        chars = sum(len(str(m.get("content", ""))) for m in messages)
-    except Exception:  # an adapter that cannot format offline: count the raw text
-        chars = len(str(signature.instructions)) + sum(len(str(v)) for v in inputs.values())
-    return {"prompt_tokens": -(-chars // CHARS_PER_TOKEN), "completion_tokens": completion_bound(lm)}
+    adapters = [adapter]
+    if getattr(adapter, "use_json_adapter_fallback", False) and not isinstance(adapter, dspy.JSONAdapter):
+        adapters.append(dspy.JSONAdapter())
+    chars = 0
+    for each in adapters:
+        try:
+            messages = each.format(signature, demos=[], inputs=inputs)
+            chars += sum(len(str(m.get("content", ""))) for m in messages)
+        except Exception:  # an adapter that cannot format offline: count the raw text
+            chars += len(str(signature.instructions)) + sum(len(str(v)) for v in inputs.values())
+    return {"prompt_tokens": -(-chars // CHARS_PER_TOKEN), "completion_tokens": len(adapters) * completion_bound(lm)}

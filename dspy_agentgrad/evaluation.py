@@ -39,6 +39,8 @@ from .usage import UsageLedger
 
 #: Earlier plain runs kept per example as candidate references.
 REFERENCES_KEPT = 6
+#: Journal key prefix of a run made ahead (speculation) that nothing asked for: its usage, no metric call.
+AHEAD_KEY_PREFIX = "ahead:"
 
 
 @dataclass
@@ -164,7 +166,7 @@ class Evaluator:
         in the order and under the budget of the sequential procedure (:meth:`_scored`).
         """
         digests, keys = _chain_keys(chains)
-        wanted = set(self._not_run(keys))
+        wanted = self._to_run_ahead(keys)
 
         def run_chain(chain: tuple[dspy.Example, list[dict[str, str]]]) -> None:
             example, states = chain
@@ -193,7 +195,7 @@ class Evaluator:
         first: dict[str, int] = {}
         for i, key in enumerate(keys):
             first.setdefault(key, i)
-        wanted = set(self._not_run(keys))
+        wanted = self._to_run_ahead(keys)
         todo = [(key, i) for key, i in first.items() if key in wanted]
 
         def run(job: tuple[str, int]) -> None:
@@ -203,19 +205,41 @@ class Evaluator:
 
         parallel_map(run, todo, self.num_threads)
 
-    def drop_ahead(self, phase: str = "speculation") -> int:
-        """Forget the runs made ahead that nothing asked for; their LM usage is counted under ``phase``."""
+    def drop_ahead(self) -> int:
+        """Forget the runs made ahead that nothing asked for. Their LM usage is counted (phase ``speculation``)
+        and journaled, so a resumed run counts it once and does not make them again."""
         with self._lock:
-            unused, self._ahead = list(self._ahead.values()), {}
-        for execution in unused:
-            self.ledger.add("task", phase, execution.usage)
+            unused, self._ahead = list(self._ahead.items()), {}
+        for key, execution in unused:
+            record = {"usage": execution.usage, "attempts": execution.attempts, "scored": False}  # no metric call
+            self.work.memo.put(AHEAD_KEY_PREFIX + key, record)
+            self._count_unused(record)
+        if unused:
+            self.work.memo.sync()
         return len(unused)
 
+    def _count_unused(self, record: dict) -> None:
+        self.ledger.add("task", "speculation", record["usage"])
+        with self._lock:
+            if record["attempts"] > 1:
+                self.errors["retries"] += record["attempts"] - 1
+
     def _not_run(self, keys: list[str]) -> list[str]:
-        """The distinct ``keys`` neither settled, in flight, nor run ahead."""
+        """The distinct ``keys`` neither settled, in flight, journaled, nor run ahead."""
         with self._lock:
             ahead = set(self._ahead)
-        return [key for key in self.work.pending(keys) if key not in ahead]
+        return [key for key in self.work.pending(keys) if key not in ahead and not self.work.memo.has(key)]
+
+    def _to_run_ahead(self, keys: list[str]) -> set[str]:
+        """The keys to run ahead now: an earlier segment's unused run ahead (journaled) is counted, not made again."""
+        wanted = set()
+        for key in self._not_run(keys):
+            journaled = self.work.memo.get(AHEAD_KEY_PREFIX + key)
+            if journaled is None:
+                wanted.add(key)
+            else:
+                self._count_unused(journaled)
+        return wanted
 
     def _scored(
         self, key: str, example: dspy.Example, reference: Reference | None, execute: Callable[[], Execution]

@@ -1,7 +1,7 @@
 """The optimizer's LM calls: gradient extraction, gradient abstraction, instruction rewriting.
 
-Each call is retried on failure and, if it keeps failing, skipped: the caller
-gets ``None`` and the failure is counted. Results are memoized like program
+Each call is retried on transient errors and, if it keeps failing (or fails to parse), skipped:
+the caller gets ``None`` and the failure is counted. Results are memoized like program
 runs, so a resumed run does not pay for them again.
 """
 
@@ -16,7 +16,7 @@ from typing import Any
 
 import dspy
 
-from .budget import Budget, worst_case_usage
+from .budget import Budget, BudgetExhausted, Reservation, worst_case_usage
 from .clustering import GradientGroup, normalize_clusters
 from .instruction_proposer import InstructionProposer, RewriteRequest, checked_instruction
 from .jsonable import digest, to_jsonable
@@ -102,25 +102,20 @@ class Proposer:
     ) -> dict | None:
         """Outputs of a journaled, counted, retried call of ``produce``; None when it kept failing.
 
-        ``bound`` is the call's worst-case usage, reserved against the prompt-LM caps before it
-        starts and settled at what it really used.
+        ``bound`` is one attempt's worst-case usage: each attempt is reserved against the prompt-LM
+        caps before it starts (an attempt that cannot be reserved is not made: the cap stops the run)
+        and settled at what it really used.
         """
-        reservation = None
-        if bound is not None and self.work.pending([key]):
-            reservation = self.budget.reserve(
-                key, sum(bound.values()), self.price(bound) if self.price else 0.0, current_batch()
-            )
-        try:
-            record, new = self.work.settle(key, lambda: self._ask(produce))
-        except BaseException:
-            self.budget.settle(reservation, 0)
-            raise
+        paid_now: list[bool] = []
+
+        def ask() -> dict:
+            paid_now.append(True)
+            return self._ask(role, key, produce, bound)
+
+        record, new = self.work.settle(key, ask)
         usage = record["usage"] if new else empty_usage()
-        self.budget.settle(
-            reservation,
-            usage["prompt_tokens"] + usage["completion_tokens"],
-            self.price(usage) if new and self.price else 0.0,
-        )
+        if new and not paid_now:  # from the journal of an earlier run: its usage counts against the caps
+            self.budget.settle(None, usage["prompt_tokens"] + usage["completion_tokens"], self._price(usage))
         if new:
             self.ledger.add("prompt", role, usage)
             with self._lock:
@@ -132,23 +127,43 @@ class Proposer:
                 logger.warning("the %s role failed (%s); skipping it", role, ", ".join(record.get("errors", [])))
         return record["outputs"]
 
-    def _ask(self, produce: Callable[[], dict]) -> dict:
+    def _price(self, usage: dict) -> float:
+        return self.price(usage) if self.price else 0.0
+
+    def _ask(self, role: str, key: str, produce: Callable[[], dict], bound: dict[str, int] | None) -> dict:
+        """Call ``produce``, retrying transient errors only (see :mod:`retries`); each attempt reserved and
+        settled on its own. When a retry cannot be reserved, what was paid is counted and the cap stops the run."""
         usage, errors = empty_usage(), []
         for attempt in range(1, self.retry.attempts + 1):
+            try:
+                reservation = self._reserve(f"{key}#{attempt}", bound)
+            except BudgetExhausted:
+                self.ledger.add("prompt", role, usage)
+                raise
+            used = empty_usage()
             try:
                 with track() as used:
                     outputs = produce()
                 error = None
             except Exception as exc:
                 outputs, error = None, exc
+            finally:
+                self.budget.settle(reservation, used["prompt_tokens"] + used["completion_tokens"], self._price(used))
             for k in usage:
                 usage[k] += used[k]
             if error is None:
                 return {"outputs": outputs, "usage": usage, "errors": errors}
             errors.append(error_kind(error))
-            if attempt < self.retry.attempts and is_transient(error):
+            if not is_transient(error):
+                break
+            if attempt < self.retry.attempts:
                 self.retry.wait(attempt, error)
         return {"outputs": None, "usage": usage, "errors": errors}
+
+    def _reserve(self, key: str, bound: dict[str, int] | None) -> Reservation | None:
+        if bound is None:
+            return None
+        return self.budget.reserve(key, sum(bound.values()), self._price(bound), current_batch())
 
     def fields(self, values: dict[str, Any]) -> str:
         return format_fields(values, self.max_field_chars)

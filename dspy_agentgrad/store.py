@@ -266,6 +266,10 @@ class Memo:
         stored = self._data.pop(key, None) if self._data else None
         return None if stored is None else _decode(stored, self._texts)  # texts are only ever added
 
+    def has(self, key: str) -> bool:
+        """Whether a record for ``key`` was read back and not handed out yet."""
+        return bool(self._data) and key in self._data
+
     def put(self, key: str, value: Any) -> None:
         at = round(time.monotonic() - self._clock, 3)
         if self._fd is None:  # no journal (no log_dir): the segment's accounting only, nothing to encode

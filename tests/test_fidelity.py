@@ -110,18 +110,18 @@ class Popper(dspy.Module):
 
     def __init__(self):
         super().__init__()
-        self.items = dspy.Predict("question -> items: list[str]")
+        self.lister = dspy.Predict("question -> entries: list[str]")
         self.answer = dspy.Predict("question, first -> answer")
 
     def forward(self, question):
-        items = self.items(question=question).items
-        first = items.pop(0)
+        entries = self.lister(question=question).entries
+        first = entries.pop(0)
         return self.answer(question=question, first=first)
 
 
 def test_replay_returns_outputs_as_they_were_returned_whatever_the_program_did_to_them():
     world = ShapeWorld(
-        {"items": lambda call: [f"x-{call.inputs['question']}"], "answer": lambda call: call.inputs["first"]},
+        {"entries": lambda call: [f"x-{call.inputs['question']}"], "answer": lambda call: call.inputs["first"]},
         faulty="answer",
     )
     dspy.configure(lm=fake_lm(world))
@@ -134,7 +134,7 @@ def test_replay_returns_outputs_as_they_were_returned_whatever_the_program_did_t
     result = AgentGrad(exact, max_rounds=1, cluster_schedule=(1,), **FAST).compile(Popper(), trainset=train, valset=val)
     details = result.detailed_results
     assert not details.program_errors, details.program_errors
-    assert details.rounds[0].attributed == {"answer": 3, "items": 0}
+    assert details.rounds[0].attributed == {"answer": 3, "lister": 0}
     assert details.best_val_score == 1.0
 
 
