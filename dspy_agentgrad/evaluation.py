@@ -140,7 +140,9 @@ class Evaluator:
         def pay_for(i: int) -> Callable[[], Outcome]:
             instructions, ex = plain[i]
             reference = self._reference(instructions, ex)
-            return self._scored(keys[i], ex, reference, lambda: self.runner.execute(ex, instructions, reference=reference))
+            return self._scored(
+                keys[i], ex, reference, lambda: self.runner.execute(ex, instructions, reference=reference)
+            )
 
         flat = self._run(keys, pay_for, phase)
         if self.reuse:

@@ -193,9 +193,7 @@ def pseudo_labels(reword: bool, seed: int) -> tuple[int, int]:
     AgentGrad(
         feedback_metric, max_rounds=1, seed=seed, train_batch_size=20, callbacks=[Keep()], cluster_schedule=(1,), **FAST
     ).compile(WordPipeline(), trainset=train, valset=make_data({"none": 2}, start=90))
-    blameless = [
-        (n, q) for n, q in records if n not in re.match(r"id\d+ kind=([\w+]+)", q).group(1).split("+")
-    ]
+    blameless = [(n, q) for n, q in records if n not in re.match(r"id\d+ kind=([\w+]+)", q).group(1).split("+")]
     return len(records), len(blameless)
 
 
@@ -401,7 +399,11 @@ def test_a_metric_reading_lm_usage_gets_it_under_track_usage_and_accounting_stay
     train = make_data({"extract": 2, "none": 1})
     with dspy.context(lm=task, track_usage=True):
         result = AgentGrad(
-            usage_metric, prompt_model=fake_lm(prompt_engine, "fake/prompt"), max_rounds=1, cluster_schedule=(1,), **FAST
+            usage_metric,
+            prompt_model=fake_lm(prompt_engine, "fake/prompt"),
+            max_rounds=1,
+            cluster_schedule=(1,),
+            **FAST,
         ).compile(Pipeline(), trainset=train, valset=make_data({"extract": 1, "none": 1}, start=50))
     details = result.detailed_results
     assert seen and all(seen)
