@@ -5,8 +5,8 @@ positionally, then ``trace``, ``pred_name`` and ``pred_trace`` (all ``None``: a 
 program run is scored) by name, each only when the metric takes it (by that name or
 through ``**kwargs``). So ``metric(example, pred)``, ``metric(example, pred, trace=None)``,
 GEPA's ``metric(gold, pred, trace, pred_name, pred_trace)`` and
-``metric(gold, pred, trace=None, **kwargs)`` all work. The result may be a number, a bool,
-or anything with a ``score`` (a ``dspy.Prediction(score=..., feedback=...)`` or a dict).
+``metric(gold, pred, trace=None, **kwargs)`` all work. The result may be a number, a bool
+(numpy's included), or anything with a ``score`` (a ``dspy.Prediction(score=..., feedback=...)`` or a dict).
 """
 
 from __future__ import annotations
@@ -88,12 +88,23 @@ class Metric:
             value, feedback = raw["score"], raw.get("feedback") or ""
         elif not isinstance(raw, (bool, int, float)) and hasattr(raw, "score"):
             value, feedback = raw.score, getattr(raw, "feedback", None) or ""
+        value = _plain_number(value)
         if not isinstance(value, numbers.Real) or not math.isfinite(float(value)):
             raise MetricError(
                 "metric must return a number, a bool, or dspy.Prediction(score=<number>, feedback=<str>); "
                 f"it returned {raw!r} ({type(raw).__name__})"
             )
         return MetricResult(float(value), str(feedback))
+
+
+def _plain_number(value: Any) -> Any:
+    """A numpy scalar (``np.True_``, ``np.float32(1)``) or a one-element array as the Python number it holds."""
+    if isinstance(value, (bool, int, float)) or not callable(getattr(value, "item", None)):
+        return value
+    try:
+        return value.item()
+    except (TypeError, ValueError):  # not a single value
+        return value
 
 
 class ScoreOutOfRange(MetricError):
