@@ -52,8 +52,8 @@ def tfidf_groups(texts: list[str], distance_threshold: float = 0.8) -> list[list
 
     try:
         vectors = TfidfVectorizer(stop_words="english").fit_transform(texts).toarray()
-    except ValueError:  # only stop words: nothing to compare, one group
-        return [list(range(len(texts)))]
+    except ValueError:  # only stop words: nothing to compare, each text on its own
+        return [[i] for i in range(len(texts))]
     return _cosine_groups(vectors, distance_threshold)
 
 
@@ -71,17 +71,20 @@ def embedding_groups(vectors: Sequence[Sequence[float]], distance_threshold: flo
 
 
 def _cosine_groups(vectors, distance_threshold: float) -> list[list[int]]:
-    """Groups of row indices, each group listed by its first member; a zero row means one group."""
+    """Groups of row indices, each group listed by its first member. A zero row (a text with no word the
+    vectorizer keeps, an embedder's empty answer) has no direction: it is a group of its own."""
     from sklearn.cluster import AgglomerativeClustering
 
-    if not vectors.any(axis=1).all():
-        return [list(range(len(vectors)))]
-    labels = AgglomerativeClustering(
-        n_clusters=None, distance_threshold=distance_threshold, metric="cosine", linkage="average"
-    ).fit_predict(vectors)
-    groups: dict[int, list[int]] = {}
-    for index, label in enumerate(labels):
-        groups.setdefault(int(label), []).append(index)
+    nonzero = [i for i, row in enumerate(vectors) if row.any()]
+    groups: dict[object, list[int]] = {("zero", i): [i] for i in range(len(vectors)) if i not in set(nonzero)}
+    if len(nonzero) == 1:
+        groups[0] = nonzero
+    elif nonzero:
+        labels = AgglomerativeClustering(
+            n_clusters=None, distance_threshold=distance_threshold, metric="cosine", linkage="average"
+        ).fit_predict(vectors[nonzero])
+        for index, label in zip(nonzero, labels):
+            groups.setdefault(int(label), []).append(index)
     return sorted(groups.values(), key=lambda g: g[0])
 
 
