@@ -52,12 +52,14 @@ REJECTED_SHOWN = 5
 
 @dataclass
 class Gradient:
-    """A sample-level textual gradient for one predictor, from one attributed failure."""
+    """A sample-level textual gradient for one predictor, from one attributed failure, written against
+    ``instruction`` (the predictor's instruction then)."""
 
     predictor: str
     record: AttributionRecord
     text: str
     round: int
+    instruction: str
 
 
 @dataclass
@@ -152,7 +154,11 @@ class RoundEngine:
             )
 
         texts = parallel_map(extract, items, self.config.num_threads)
-        return [Gradient(name, rec, text, self.round_index) for (name, rec), text in zip(items, texts) if text]
+        return [
+            Gradient(name, rec, text, self.round_index, self.instructions[name])
+            for (name, rec), text in zip(items, texts)
+            if text
+        ]
 
     # ---- step 4 ------------------------------------------------------------------------------
     def abstract(self, pool: list[Gradient], minimum: int) -> tuple[list[Cluster], list[Gradient]]:
@@ -517,11 +523,12 @@ class RoundEngine:
         self.emit("on_attribution", AttributionDone(r, report, failures, self.evaluator.budget.metric_calls))
         fresh = self.gradients(report)
         fresh_keys = {(g.predictor, example_key(g.record.example)) for g in fresh}
-        carried = [
+        carried = [  # a gradient waits while its predictor's instruction is the one it was written against
             g
             for g in self.waiting
             if (g.predictor, example_key(g.record.example)) not in fresh_keys
             and r - g.round < len(self.config.cluster_schedule)
+            and g.instruction == self.instructions[g.predictor]
         ]
         ready, self.waiting = self.abstract(fresh + carried, minimum)
         reverse_rank = {name: -i for i, name in enumerate(report.order)}
