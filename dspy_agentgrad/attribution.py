@@ -119,12 +119,12 @@ class Attributor:
             attributed[name].append(record)
             unresolved.remove(index)
         single = len(outcomes) - len(passed) - len(unresolved)
-        cumulative = 0
         if self.config.cumulative_hints and unresolved:
             try:
-                cumulative = self._cumulative(examples, outcomes, unresolved, order, attributed)
-            except BudgetExhausted as stop:
+                self._cumulative(examples, outcomes, unresolved, order, attributed)
+            except BudgetExhausted as stop:  # what it explained before the stop stays explained
                 logger.info("cumulative intervention stopped early: %s", stop)
+        cumulative = len(outcomes) - len(passed) - len(unresolved) - single
         report = AttributionReport(
             order,
             attributed,
@@ -210,16 +210,15 @@ class Attributor:
         _, unhinted, fixed = min(changed, key=lambda item: item[0])
         return AttributionRecord(example, fixed.inputs, unhinted, fixed.outputs, original.feedback, original.outputs)
 
-    def _cumulative(self, examples, outcomes, unresolved, order, attributed) -> int:
+    def _cumulative(self, examples, outcomes, unresolved, order, attributed) -> None:
         """Failures no single hint fixes: keep the hints on later predictors while adding earlier ones.
 
         Once a set of hints fixes a failure, each later hint is dropped again when the failure stays
         fixed without it (greedy, latest first), and every predictor left in the set whose output
-        its hint changed gets a pseudo-label. Returns the number of failures explained.
+        its hint changed gets a pseudo-label. An explained failure leaves ``unresolved`` at once.
         """
         chains = {i: [n for n in reversed(order) if n in outcomes[i].order()] for i in unresolved}
         chains = {i: chain for i, chain in chains.items() if len(chain) >= 2}
-        explained = 0
         if self.speculating:
             depths = [(i, tuple(c[:d])) for i, c in chains.items() for d in range(2, len(c) + 1)]
             self._hinted(examples, outcomes, depths, ahead=True)
@@ -241,8 +240,6 @@ class Attributor:
                 for name, record in records.items():
                     attributed[name].append(record)
                 unresolved.remove(index)
-                explained += 1
-        return explained
 
     def _prune(self, examples, outcomes, fixed: dict) -> dict[int, tuple[list[str], dict[str, Outcome], Outcome]]:
         """For each fixed failure: the hinted predictors still needed, for each of them the run without
