@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .callbacks import (
+from .core.events import (
     AgentGradCallback,
     AttributionDone,
     CandidateJudged,
@@ -20,16 +20,16 @@ from .callbacks import (
     ValidationScored,
 )
 from .config import AUTO_CANDIDATES, auto_budget
-from .estimate import Estimate
-from .hints import Hint, default_hint
-from .instruction_proposer import RewriteRequest
-from .metric import MetricError
-from .report import write_report
-from .results import AgentGradResult, AttributionRecord, AttributionReport, CandidateRecord, RoundRecord
-from .run_lock import LogDirBusy
-from .store import RunMismatch
+from .reporting.estimate import Estimate
+from .program.hints import Hint, default_hint
+from .roles.instruction_proposer import RewriteRequest
+from .program.metric import MetricError
+from .reporting.report import write_report
+from .reporting.results import AgentGradResult, AttributionRecord, AttributionReport, CandidateRecord, RoundRecord
+from .runtime.run_lock import LogDirBusy
+from .runtime.store import RunMismatch
 from .teleprompter import AgentGrad
-from .tracing import ProgramBug
+from .program.tracing import ProgramBug
 
 __all__ = [
     "AUTO_CANDIDATES",

@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> None:
     if rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     if args.command == "report":
-        from .report import write_report
+        from .reporting.report import write_report
 
         try:
             page = write_report(args.log_dir, pngs=args.png)

@@ -6,7 +6,7 @@ import math
 from dataclasses import asdict, dataclass
 
 from .identity import check_resume_despite
-from .tracing import HINT_DELIVERIES
+from .program.tracing import HINT_DELIVERIES
 
 #: Candidates per preset, as dspy.GEPA's ``AUTO_RUN_SETTINGS``: equal ``auto`` means equal budgets.
 AUTO_CANDIDATES = {"light": 6, "medium": 12, "heavy": 18}

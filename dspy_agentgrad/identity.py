@@ -15,8 +15,8 @@ from typing import Any
 import dspy
 from pydantic import BaseModel
 
-from . import signatures
-from .jsonable import digest
+from .roles import signatures
+from .runtime.jsonable import digest
 
 #: Settings of ``dspy.LM`` that change what the model generates (an allowlist: nothing else is written).
 GENERATION_KEYS = (
@@ -74,7 +74,7 @@ def lm_identity(lm: Any) -> dict[str, Any]:
 
 
 def prompts_digest() -> str:
-    """A digest of every LM-role prompt in :mod:`dspy_agentgrad.signatures` (instructions and fields)."""
+    """A digest of every LM-role prompt in :mod:`dspy_agentgrad.roles.signatures` (instructions and fields)."""
     found = {}
     for name, value in sorted(vars(signatures).items()):
         if isinstance(value, type) and issubclass(value, dspy.Signature) and value is not dspy.Signature:

@@ -17,29 +17,29 @@ from typing import Any
 import dspy
 from dspy.teleprompt.teleprompt import Teleprompter
 
-from .attribution import HintFn
-from .budget import Budget
-from .callbacks import Dispatcher
+from .core.attribution import HintFn
+from .runtime.budget import Budget
+from .core.events import Dispatcher
 from .config import AgentGradConfig, auto_budget, worst_case_calls
-from .engine import RoundEngine
-from .estimate import Estimate, SampleStats, StartEstimate, build_estimate
-from .evaluation import Evaluator
-from .hints import default_hint
+from .core.engine import RoundEngine
+from .reporting.estimate import Estimate, SampleStats, StartEstimate, build_estimate
+from .program.evaluation import Evaluator
+from .program.hints import default_hint
 from .identity import check_lm, lm_identity, metric_identity, prompts_digest
-from .instruction_proposer import InstructionProposer
-from .jsonable import digest, example_key
-from .metric import Metric
-from .observers import ProgressBar, StateSnapshot
-from .pricing import price_function
-from .proposer import Proposer
-from .report import write_report
-from .results import AgentGradResult, AttributionReport
-from .retries import RetryPolicy
-from .run_lock import LogDirLock
-from .store import Memo, atomic_write_json, check_fingerprint
-from .tracing import ProgramRunner
-from .tracking import MlflowTracker, import_mlflow
-from .usage import UsageLedger
+from .roles.instruction_proposer import InstructionProposer
+from .runtime.jsonable import digest, example_key
+from .program.metric import Metric
+from .reporting.observers import ProgressBar, StateSnapshot
+from .runtime.pricing import price_function
+from .roles.proposer import Proposer
+from .reporting.report import write_report
+from .reporting.results import AgentGradResult, AttributionReport
+from .runtime.retries import RetryPolicy
+from .runtime.run_lock import LogDirLock
+from .runtime.store import Memo, atomic_write_json, check_fingerprint
+from .program.tracing import ProgramRunner
+from .reporting.tracking import MlflowTracker, import_mlflow
+from .runtime.usage import UsageLedger
 
 logger = logging.getLogger("dspy_agentgrad")
 
@@ -420,7 +420,7 @@ class AgentGrad(Teleprompter):
         Runs and attributes ``sample_size`` training examples (the program runs and hinted
         runs of that many examples: task-LM spend, no prompt-LM call) to measure a run's LM
         calls, tokens and seconds, the failure rate, and how blame splits over the
-        predictors, then plays the rounds forward (see :mod:`dspy_agentgrad.estimate`).
+        predictors, then plays the rounds forward (see :mod:`dspy_agentgrad.reporting.estimate`).
         """
         names, trainset, valset, max_calls, max_rounds = self._plan(program, trainset, valset)
         sample = random.Random(self.config.seed).sample(trainset, min(sample_size, len(trainset)))

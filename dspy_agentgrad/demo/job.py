@@ -20,11 +20,11 @@ from typing import Any
 
 import dspy
 
-from ..callbacks import AgentGradCallback, AttributionDone, ValidationScored
+from ..core.events import AgentGradCallback, AttributionDone, ValidationScored
 from ..embedded_lm.grammar import OutputLimits
-from ..jsonable import to_jsonable
+from ..runtime.jsonable import to_jsonable
 from ..teleprompter import AgentGrad
-from ..usage import track
+from ..runtime.usage import track
 from . import task as demo_task
 from .figure import plot_summary
 from .story import report

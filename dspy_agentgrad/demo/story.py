@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..results import why_unchanged
+from ..reporting.results import why_unchanged
 
 
 def _clip(text: object, width: int = 110) -> str:

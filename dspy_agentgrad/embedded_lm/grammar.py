@@ -31,8 +31,8 @@ import json
 import re
 from dataclasses import dataclass, field
 
-from ..prompt_text import CHAT_MARK, output_fields
-from ..prompt_text import adapter_format as detect_format
+from ..program.prompt_text import CHAT_MARK, output_fields
+from ..program.prompt_text import adapter_format as detect_format
 
 __all__ = [
     "GRAMMAR_VERSION",

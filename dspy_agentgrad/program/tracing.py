@@ -43,10 +43,10 @@ import dspy
 import pydantic
 from dspy.signatures.signature import ensure_signature
 
-from .jsonable import digest, to_jsonable
+from ..runtime.jsonable import digest, to_jsonable
 from .metric import Metric, MetricError, check_score_range
-from .retries import RetryPolicy, error_kind, is_transient
-from .usage import empty_usage, track
+from ..runtime.retries import RetryPolicy, error_kind, is_transient
+from ..runtime.usage import empty_usage, track
 
 logger = logging.getLogger("dspy_agentgrad")
 

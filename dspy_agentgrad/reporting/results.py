@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING, Any
 
 import dspy
 
-from .jsonable import to_jsonable
+from ..runtime.jsonable import to_jsonable
 
 if TYPE_CHECKING:
-    from .engine import RoundEngine
+    from ..core.engine import RoundEngine
 
 RESULT_FORMAT = 1
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from .budget import Budget
-from .callbacks import (
+from ..runtime.budget import Budget
+from ..core.events import (
     AgentGradCallback,
     AttributionDone,
     CandidateJudged,
@@ -20,7 +20,7 @@ from .callbacks import (
     ValidationScored,
 )
 from .results import AgentGradResult
-from .store import atomic_write_json
+from ..runtime.store import atomic_write_json
 
 
 class ProgressBar(AgentGradCallback):

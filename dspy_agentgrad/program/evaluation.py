@@ -24,13 +24,13 @@ from fractions import Fraction
 
 import dspy
 
-from .budget import Budget
-from .jsonable import digest, example_key
-from .paid_work import PaidWork
-from .parallel import parallel_map
-from .store import Memo
+from ..runtime.budget import Budget
+from ..runtime.jsonable import digest, example_key
+from ..runtime.paid_work import PaidWork
+from ..runtime.parallel import parallel_map
+from ..runtime.store import Memo
 from .tracing import Outcome, ProgramRunner, Reference, Step, check_first_runs
-from .usage import UsageLedger
+from ..runtime.usage import UsageLedger
 
 #: Earlier plain runs kept per example as candidate references.
 REFERENCES_KEPT = 6

@@ -4,8 +4,8 @@ One round: failure set -> sequential intervention in reverse execution order ->
 gradient per attributed failure -> semantic abstraction under the cyclic
 minimum-cluster-size schedule -> updates in descending cluster size with
 two-stage acceptance. The engine owns the loop and its stop rules and reports
-each step as a typed event (:mod:`dspy_agentgrad.callbacks`). Steps 1-2 are the
-:class:`~dspy_agentgrad.attribution.Attributor`'s. It makes no LM call itself:
+each step as a typed event (:mod:`dspy_agentgrad.core.events`). Steps 1-2 are the
+:class:`~dspy_agentgrad.core.attribution.Attributor`'s. It makes no LM call itself:
 program runs go through the :class:`Evaluator`, LM roles through the :class:`Proposer`.
 """
 
@@ -21,8 +21,8 @@ from fractions import Fraction
 import dspy
 
 from .attribution import Attributor, HintFn
-from .budget import BudgetExhausted
-from .callbacks import (
+from ..runtime.budget import BudgetExhausted
+from .events import (
     AttributionDone,
     CandidateJudged,
     CandidateProposed,
@@ -34,14 +34,14 @@ from .callbacks import (
     ValidationScored,
 )
 from .clustering import GradientGroup, embedding_groups, min_cluster_size, random_minibatches, tfidf_groups
-from .config import AgentGradConfig
-from .evaluation import Evaluator, cannot_clear, exact_total
-from .instruction_proposer import RewriteRequest
-from .jsonable import example_key
-from .parallel import in_background, parallel_map, shared_threads
-from .proposer import Proposer, StepRole
-from .results import AttributionRecord, AttributionReport, CandidateRecord, RoundRecord
-from .tracing import Outcome
+from ..config import AgentGradConfig
+from ..program.evaluation import Evaluator, cannot_clear, exact_total
+from ..roles.instruction_proposer import RewriteRequest
+from ..runtime.jsonable import example_key
+from ..runtime.parallel import in_background, parallel_map, shared_threads
+from ..roles.proposer import Proposer, StepRole
+from ..reporting.results import AttributionRecord, AttributionReport, CandidateRecord, RoundRecord
+from ..program.tracing import Outcome
 
 logger = logging.getLogger("dspy_agentgrad")
 

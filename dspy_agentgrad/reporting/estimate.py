@@ -24,10 +24,10 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .callbacks import AgentGradCallback, RunStart, ValidationScored
-from .clustering import min_cluster_size
-from .config import AgentGradConfig
-from .usage import empty_usage
+from ..core.events import AgentGradCallback, RunStart, ValidationScored
+from ..core.clustering import min_cluster_size
+from ..config import AgentGradConfig
+from ..runtime.usage import empty_usage
 
 logger = logging.getLogger("dspy_agentgrad")
 

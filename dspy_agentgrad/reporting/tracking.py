@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .callbacks import AgentGradCallback, AttributionDone, CandidateJudged, RunEnd, RunStart, ValidationScored
+from ..core.events import AgentGradCallback, AttributionDone, CandidateJudged, RunEnd, RunStart, ValidationScored
 from .report import render_html
 from .results import AgentGradResult
 

@@ -13,12 +13,12 @@ from collections.abc import Callable
 
 import dspy
 
-from .budget import BudgetExhausted
-from .config import AgentGradConfig
-from .evaluation import Evaluator, Intervention
-from .hints import Hint, as_hint, leaks_label
-from .results import AttributionRecord, AttributionReport
-from .tracing import Outcome
+from ..runtime.budget import BudgetExhausted
+from ..config import AgentGradConfig
+from ..program.evaluation import Evaluator, Intervention
+from ..program.hints import Hint, as_hint, leaks_label
+from ..reporting.results import AttributionRecord, AttributionReport
+from ..program.tracing import Outcome
 
 logger = logging.getLogger("dspy_agentgrad")
 
