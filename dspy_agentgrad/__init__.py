@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .config import AUTO_CANDIDATES, auto_budget
 from .core.events import (
     AgentGradCallback,
     AttributionDone,
@@ -19,17 +20,16 @@ from .core.events import (
     RunStart,
     ValidationScored,
 )
-from .config import AUTO_CANDIDATES, auto_budget
-from .reporting.estimate import Estimate
 from .program.hints import Hint, default_hint
-from .roles.instruction_proposer import RewriteRequest
 from .program.metric import MetricError
+from .program.tracing import ProgramBug
+from .reporting.estimate import Estimate
 from .reporting.report import write_report
 from .reporting.results import AgentGradResult, AttributionRecord, AttributionReport, CandidateRecord, RoundRecord
+from .roles.instruction_proposer import RewriteRequest
 from .runtime.run_lock import LogDirBusy
 from .runtime.store import RunMismatch
 from .teleprompter import AgentGrad
-from .program.tracing import ProgramBug
 
 __all__ = [
     "AUTO_CANDIDATES",

@@ -12,8 +12,8 @@ import pytest
 from world import ShapeWorld
 
 from dspy_agentgrad import AgentGrad, default_hint
-from dspy_agentgrad.testing import RuleEngine, fake_lm
 from dspy_agentgrad.program.tracing import ProgramBug, Step, rebuild_prediction
+from dspy_agentgrad.testing import RuleEngine, fake_lm
 
 FAST = dict(retry_backoff_s=0, progress=False)
 

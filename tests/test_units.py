@@ -10,7 +10,7 @@ import time
 import dspy
 import pytest
 
-from dspy_agentgrad.runtime.budget import Budget, BudgetExhausted
+from dspy_agentgrad.config import auto_budget
 from dspy_agentgrad.core.clustering import (
     GradientGroup,
     min_cluster_size,
@@ -18,10 +18,10 @@ from dspy_agentgrad.core.clustering import (
     random_minibatches,
     tfidf_groups,
 )
-from dspy_agentgrad.config import auto_budget
 from dspy_agentgrad.core.engine import BatchSampler
-from dspy_agentgrad.runtime.paid_work import PaidWork
 from dspy_agentgrad.program.prompt_text import input_values, instructions, output_fields
+from dspy_agentgrad.runtime.budget import Budget, BudgetExhausted
+from dspy_agentgrad.runtime.paid_work import PaidWork
 from dspy_agentgrad.runtime.retries import RetryPolicy, error_kind, is_transient
 from dspy_agentgrad.runtime.store import Memo
 

@@ -15,7 +15,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from ..reporting.results import AttributionReport, CandidateRecord, RoundRecord
+from .state import AttributionReport, CandidateRecord, RoundRecord
 
 logger = logging.getLogger("dspy_agentgrad")
 

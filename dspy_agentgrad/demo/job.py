@@ -23,8 +23,8 @@ import dspy
 from ..core.events import AgentGradCallback, AttributionDone, ValidationScored
 from ..embedded_lm.grammar import OutputLimits
 from ..runtime.jsonable import to_jsonable
-from ..teleprompter import AgentGrad
 from ..runtime.usage import track
+from ..teleprompter import AgentGrad
 from . import task as demo_task
 from .figure import plot_summary
 from .story import report

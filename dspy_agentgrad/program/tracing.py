@@ -44,9 +44,9 @@ import pydantic
 from dspy.signatures.signature import ensure_signature
 
 from ..runtime.jsonable import digest, to_jsonable
-from .metric import Metric, MetricError, check_score_range
 from ..runtime.retries import RetryPolicy, error_kind, is_transient
 from ..runtime.usage import empty_usage, track
+from .metric import Metric, MetricError, check_score_range
 
 logger = logging.getLogger("dspy_agentgrad")
 

@@ -24,9 +24,9 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..core.events import AgentGradCallback, RunStart, ValidationScored
-from ..core.clustering import min_cluster_size
 from ..config import AgentGradConfig
+from ..core.clustering import min_cluster_size
+from ..core.events import AgentGradCallback, RunStart, ValidationScored
 from ..runtime.usage import empty_usage
 
 logger = logging.getLogger("dspy_agentgrad")

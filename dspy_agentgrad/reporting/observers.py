@@ -8,7 +8,6 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from ..runtime.budget import Budget
 from ..core.events import (
     AgentGradCallback,
     AttributionDone,
@@ -19,8 +18,9 @@ from ..core.events import (
     RunEnd,
     ValidationScored,
 )
-from .results import AgentGradResult
+from ..runtime.budget import Budget
 from ..runtime.store import atomic_write_json
+from .results import AgentGradResult
 
 
 class ProgressBar(AgentGradCallback):

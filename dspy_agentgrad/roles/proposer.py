@@ -16,13 +16,15 @@ from typing import Any
 
 import dspy
 
-from ..runtime.budget import Budget, worst_case_usage
 from ..core.clustering import GradientGroup, normalize_clusters
-from .instruction_proposer import InstructionProposer, RewriteRequest, checked_instruction
+from ..runtime.budget import Budget, worst_case_usage
 from ..runtime.jsonable import digest, to_jsonable
 from ..runtime.paid_work import PaidWork
 from ..runtime.parallel import current_batch
 from ..runtime.retries import RetryPolicy, error_kind, is_transient
+from ..runtime.store import Memo
+from ..runtime.usage import UsageLedger, empty_usage, track
+from .instruction_proposer import InstructionProposer, RewriteRequest, checked_instruction
 from .signatures import (
     AbstractGradients,
     ExtractGradient,
@@ -30,8 +32,6 @@ from .signatures import (
     RewriteInstruction,
     SummarizeGradients,
 )
-from ..runtime.store import Memo
-from ..runtime.usage import UsageLedger, empty_usage, track
 
 logger = logging.getLogger("dspy_agentgrad")
 
