@@ -20,6 +20,7 @@ from typing import Any
 import dspy
 from dspy.teleprompt.teleprompt import Teleprompter
 
+from .checks import check_examples, check_optimize_predictors, checked_hint_fn, embedder_function, predictor_names
 from .config import AgentGradConfig, auto_budget, worst_case_calls
 from .core.attribution import HintFn
 from .core.engine import RoundEngine
@@ -48,93 +49,6 @@ from .runtime.usage import UsageLedger
 logger = logging.getLogger("dspy_agentgrad")
 
 FORMAT_VERSION = 2  # 2: the fingerprint holds the metric, the LMs and the prompts
-
-
-def _unencodable_text(value: Any) -> str | None:
-    """The first string inside ``value`` that UTF-8 cannot encode (a lone surrogate), if any."""
-    if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            return value
-        return None
-    items = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple, set)) else ()
-    return next((bad for bad in map(_unencodable_text, items) if bad is not None), None)
-
-
-def _check_examples(examples: Any, name: str) -> list[dspy.Example]:
-    if examples is not None and not isinstance(examples, (list, tuple)):
-        if isinstance(examples, (str, bytes, dict, dspy.Example)) or not hasattr(examples, "__iter__"):
-            raise TypeError(f"{name} must be a list of dspy.Example; got {type(examples).__name__}")
-        examples = list(examples)  # a generator or other iterable: read it once, here
-    if examples is None or len(examples) == 0:
-        raise ValueError(
-            f"{name} is empty: AgentGrad needs examples (dspy.Example with .with_inputs(...)) to learn from"
-        )
-    for i, ex in enumerate(examples):
-        if not isinstance(ex, dspy.Example):
-            raise TypeError(f"{name}[{i}] is a {type(ex).__name__}, not a dspy.Example")
-        try:
-            ex.inputs()
-        except ValueError:
-            raise ValueError(
-                f"{name}[{i}] has no input fields: build it with dspy.Example(...).with_inputs('field', ...)"
-            ) from None
-        for field_name, value in ex.items():
-            bad = _unencodable_text(value)
-            if bad is not None:
-                raise ValueError(
-                    f"{name}[{i}] field {field_name!r} holds text that is not valid Unicode (a lone surrogate, "
-                    f"as in {bad[:60]!r}); clean it, e.g. text.encode('utf-8', 'replace').decode('utf-8')"
-                )
-    return list(examples)
-
-
-def _checked_hint_fn(hint_fn: HintFn) -> HintFn:
-    """``hint_fn`` with its result checked: a str, None, or an object with a str ``text`` (a Hint)."""
-
-    def checked(*args: Any, **kwargs: Any) -> Any:
-        hint = hint_fn(*args, **kwargs)
-        if hint is None or isinstance(hint, str) or isinstance(getattr(hint, "text", None), str):
-            return hint
-        raise TypeError(
-            f"hint_fn returned a {type(hint).__name__} ({str(hint)[:80]!r}); it must return the hint as a str, "
-            "or None when it has no hint for this example"
-        )
-
-    return checked
-
-
-def _predictor_names(program: Any) -> list[str]:
-    if not isinstance(program, dspy.Module):
-        raise TypeError(f"program must be a dspy.Module; got {type(program).__name__}")
-    names = [name for name, _ in program.named_predictors()]
-    if not names:
-        raise ValueError(
-            "the program has no predictors (dspy.Predict, dspy.ChainOfThought, ...) "
-            "whose instructions AgentGrad could optimize"
-        )
-    return names
-
-
-def _check_optimize_predictors(wanted: tuple[str, ...] | None, names: list[str]) -> None:
-    unknown = sorted(set(wanted or ()) - set(names))
-    if unknown:
-        raise ValueError(f"optimize_predictors has unknown names {unknown}; the program's predictors are {names}")
-
-
-def _embedder(embedder: Any, clustering: str) -> Any:
-    """A texts -> vectors function: a user's callable (``dspy.Embedder`` included) or a litellm model name."""
-    if clustering != "embedding":
-        if embedder is not None:
-            raise ValueError("embedder= is used only with clustering='embedding'")
-        return None
-    if embedder is None:
-        raise ValueError(
-            "clustering='embedding' needs embedder=: a litellm embedding model name "
-            "(e.g. 'openai/text-embedding-3-small'), a dspy.Embedder, or a function list[str] -> vectors"
-        )
-    return embedder if callable(embedder) else dspy.Embedder(embedder)
 
 
 def _with_instructions(student: dspy.Module, instructions: dict[str, str]) -> dspy.Module:
@@ -203,7 +117,7 @@ class AgentGrad(Teleprompter):
         if instruction_proposer is not None and not callable(instruction_proposer):
             raise TypeError("instruction_proposer must be callable as instruction_proposer(request) -> str | None")
         self.instruction_proposer = instruction_proposer
-        self.embedder = _embedder(embedder, self.config.clustering)
+        self.embedder = embedder_function(embedder, self.config.clustering)
         self.prompt_model = prompt_model
         self.task_model = task_model
         self.log_dir = Path(log_dir) if log_dir is not None else None
@@ -266,7 +180,7 @@ class AgentGrad(Teleprompter):
         )
         predictors = dict(student.named_predictors())
         hint_fn = (
-            _checked_hint_fn(self.hint_fn)
+            checked_hint_fn(self.hint_fn)
             if self.hint_fn
             else functools.partial(
                 default_hint,
@@ -310,9 +224,9 @@ class AgentGrad(Teleprompter):
         self, student: dspy.Module, trainset: Any, valset: Any
     ) -> tuple[list[str], list[dspy.Example], list[dspy.Example], int | None, int | None]:
         """Checked inputs: predictor names, train and validation sets, metric-call cap and round cap."""
-        names = _predictor_names(student)
-        _check_optimize_predictors(self.config.optimize_predictors, names)
-        trainset = _check_examples(trainset, "trainset")
+        names = predictor_names(student)
+        check_optimize_predictors(self.config.optimize_predictors, names)
+        trainset = check_examples(trainset, "trainset")
         if valset is None:
             if len(trainset) < 2:
                 raise ValueError(
@@ -322,7 +236,7 @@ class AgentGrad(Teleprompter):
             random.Random(self.config.seed).shuffle(shuffled)
             cut = max(1, len(shuffled) // 3)
             valset, trainset = shuffled[:cut], shuffled[cut:]
-        valset = _check_examples(valset, "valset")
+        valset = check_examples(valset, "valset")
         max_calls, max_rounds = self.config.max_metric_calls, self.config.max_rounds
         if self.config.auto is not None:
             max_calls = auto_budget(self.config.auto, len(names), len(valset))
@@ -412,8 +326,8 @@ class AgentGrad(Teleprompter):
 
     def attribute(self, program: dspy.Module, examples: list[dspy.Example]) -> AttributionReport:
         """Steps 1-2 only: run ``examples``, then find the predictor at fault for each failure."""
-        _predictor_names(program)
-        examples = _check_examples(examples, "examples")
+        predictor_names(program)
+        examples = check_examples(examples, "examples")
         parts = self._parts(program, Budget(self.config.max_metric_calls), None)
         return self._engine(parts, examples, examples).attribute(examples).report
 

@@ -17,7 +17,7 @@ import dspy
 from ..config import AgentGradConfig
 from ..program.evaluation import Evaluator, Intervention
 from ..program.hints import Hint, as_hint, leaks_label
-from ..program.tracing import Outcome
+from ..program.runs import Outcome
 from ..runtime.budget import BudgetExhausted
 from .state import AttributionRecord, AttributionReport
 

@@ -20,7 +20,7 @@ import dspy
 
 from ..config import AgentGradConfig
 from ..program.evaluation import Evaluator
-from ..program.tracing import Outcome
+from ..program.runs import Outcome
 from ..roles.proposer import Proposer
 from ..runtime.budget import Budget, BudgetExhausted
 from ..runtime.jsonable import example_key

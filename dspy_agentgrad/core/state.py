@@ -16,7 +16,7 @@ import dspy
 from ..runtime.jsonable import to_jsonable
 
 if TYPE_CHECKING:
-    from ..program.tracing import Outcome
+    from ..program.runs import Outcome
 
 
 def exact_total(outcomes: list[Outcome]) -> Fraction:

@@ -29,7 +29,8 @@ from ..runtime.paid_work import PaidWork
 from ..runtime.parallel import parallel_map
 from ..runtime.store import Memo
 from ..runtime.usage import UsageLedger
-from .tracing import Outcome, ProgramRunner, Reference, Step, check_first_runs
+from .runs import Outcome, Reference, Step
+from .tracing import ProgramRunner, check_first_runs
 
 #: Earlier plain runs kept per example as candidate references.
 REFERENCES_KEPT = 6
