@@ -14,7 +14,8 @@ import dspy
 import pytest
 from world import Pipeline, World, dumps, feedback_metric, make_data, metric, world_lm
 
-from dspy_agentgrad import AgentGrad, MetricError, RunMismatch, signatures
+from dspy_agentgrad import AgentGrad, MetricError, RunMismatch
+from dspy_agentgrad.roles import signatures
 from dspy_agentgrad.runtime.retries import RetryPolicy
 from dspy_agentgrad.runtime.run_lock import LogDirBusy
 from dspy_agentgrad.runtime.store import Memo
@@ -347,7 +348,7 @@ def test_retry_after_is_honoured_within_a_bound():
 def test_program_runs_wait_as_long_as_the_server_asks(monkeypatch):
     from dspy.lm15 import RateLimitError
 
-    from dspy_agentgrad import retries
+    from dspy_agentgrad.runtime import retries
 
     slept = []
     monkeypatch.setattr(retries.time, "sleep", slept.append)
