@@ -71,6 +71,7 @@ def load_job(spec: str) -> Mapping:
 
 
 def main(argv: list[str] | None = None) -> None:
+    """The `agentgrad` command (and `python -m dspy_agentgrad`): parse ``argv`` and run the subcommand."""
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = _parser()
     args, rest = parser.parse_known_args(argv)

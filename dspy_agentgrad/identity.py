@@ -106,6 +106,7 @@ def check_lm(value: Any, option: str) -> None:
 
 
 def check_resume_despite(parts: Any) -> tuple[str, ...]:
+    """``resume_despite`` as a tuple of known parts: a typo must not silently skip a check."""
     parts = (parts,) if isinstance(parts, str) else tuple(parts or ())
     unknown = [p for p in parts if p not in OVERRIDABLE]
     if unknown:

@@ -55,6 +55,7 @@ class BatchSampler:
         self.queue: list[int] = []
 
     def next(self) -> list[int]:
+        """The next training batch: every example once per epoch before any repeats."""
         batch: list[int] = []
         while len(batch) < self.batch_size:
             if not self.queue:

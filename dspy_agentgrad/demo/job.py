@@ -186,6 +186,7 @@ def run_demo(
 
 
 def main(argv: list[str] | None = None) -> None:
+    """The demo's command line (``python -m dspy_agentgrad demo``): parse the options and run the job."""
     defaults = DemoSettings()
     parser = argparse.ArgumentParser(prog="python -m dspy_agentgrad", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)

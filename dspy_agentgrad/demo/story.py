@@ -15,6 +15,7 @@ def _score(value: float | None) -> str:
 
 
 def report(summary: dict) -> str:
+    """The demo's closing text: what the run changed and what it cost, for a person at the terminal."""
     test, val, sizes = summary["test_score"], summary["val_score"], summary["sizes"]
     usage = summary["usage"]
     optimizer = usage["optimizer"]

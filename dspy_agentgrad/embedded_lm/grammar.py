@@ -243,6 +243,7 @@ class OutputPlan:
         return "\n".join([root, *lines, *b.rules.values()]) + "\n"
 
     def max_tokens(self) -> int:
+        """The most tokens this plan's fields can take: the generation cap for the call."""
         return self.limits.tokens_for(self.fields)
 
     # ------------------------------------------------------------- regex

@@ -60,6 +60,7 @@ def _chain_keys(chains: list[tuple[dspy.Example, list[dict[str, str]]]]) -> tupl
 
 
 def state_key(instructions: dict[str, str]) -> str:
+    """The key of a program (its instructions): runs under equal programs are the same paid work."""
     return digest(instructions)
 
 
@@ -93,6 +94,7 @@ class Evaluator:
         self._first_runs_checked = False
 
     def evaluate(self, instructions: dict[str, str], examples: list[dspy.Example], phase: str) -> list[Outcome]:
+        """Scored runs of ``examples`` under ``instructions``; the first call also checks the program runs at all."""
         outcomes = self.evaluate_many([(instructions, examples)], phase)[0]
         if not self._first_runs_checked:
             self._first_runs_checked = True
@@ -164,6 +166,7 @@ class Evaluator:
     def intervene(
         self, instructions: dict[str, str], items: list[Intervention], phase: str = "intervene"
     ) -> list[Outcome]:
+        """Hinted re-runs (steps 1-2), each keyed by program, example and hints so it is paid once."""
         sk = state_key(instructions)
         keys = [f"hint:{sk}:{example_key(it.example)}:{digest(it.hints)}" for it in items]
 

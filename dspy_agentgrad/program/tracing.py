@@ -102,28 +102,34 @@ class RunControl:
         return sequence, call
 
     def take_replay(self, name: str, inputs: dict[str, Any]) -> Step | None:
+        """The recorded call to hand back for this predictor and inputs, if one is left."""
         with self._lock:
             queue = self._replay.get(_inputs_key(name, inputs))
             return queue.pop(0) if queue else None
 
     def record(self, sequence: int, step: Step) -> None:
+        """Keep a finished call, by its start order (threads may finish out of order)."""
         with self._lock:
             self._recorded.append((sequence, step))
 
     def missed_replay(self) -> None:
+        """Count a call that should have been replayed but ran live (reported per run)."""
         with self._lock:
             self.replay_misses += 1
 
     def predictor_error(self, error: BaseException) -> None:
+        """Keep an error a predictor raised, to tell the program's own bugs from LM errors."""
         with self._lock:
             self.predictor_errors.append(error)
 
     def steps(self) -> list[Step]:
+        """The run's calls in start order."""
         with self._lock:
             return [step for _, step in sorted(self._recorded, key=lambda pair: pair[0])]
 
 
 def hinted_instruction(instruction: str, hint: str) -> str:
+    """An instruction with the hint appended (``hint_delivery='instruction'``)."""
     return f"{instruction}\n\n{HINT_HEADER}\n{hint}"
 
 

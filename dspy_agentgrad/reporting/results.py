@@ -168,17 +168,21 @@ class AgentGradResult:
 
     @property
     def accepted(self) -> list[CandidateRecord]:
+        """The candidates that were kept, in the order they were judged."""
         return [c for c in self.candidates if c.accepted]
 
     @property
     def rejected(self) -> list[CandidateRecord]:
+        """The candidates that were not kept (each record says why)."""
         return [c for c in self.candidates if not c.accepted]
 
     @property
     def hard_cases(self) -> int:
+        """Failures no hint could fix, over all rounds."""
         return sum(r.hard_cases for r in self.rounds)
 
     def to_dict(self) -> dict:
+        """The JSON form written to ``result.json`` (read back by :meth:`from_dict`)."""
         data = {"format": RESULT_FORMAT, **asdict(self)}
         data["val_history"] = [list(p) for p in self.val_history]
         data["hard_cases_total"] = self.hard_cases
@@ -191,6 +195,7 @@ class AgentGradResult:
         return why_unchanged([asdict(r) for r in self.rounds], [asdict(c) for c in self.candidates], self.stop_reason)
 
     def to_markdown(self) -> str:
+        """The run as Markdown (``result.md``): scores, rounds, candidates, final instructions."""
         unchanged = self.why_unchanged()
         lines = [
             "# AgentGrad run",

@@ -28,6 +28,7 @@ MAX_PARAM_CHARS = 500
 
 
 def import_mlflow():
+    """The mlflow module, or an ImportError that names the extra to install."""
     try:
         import mlflow
     except ImportError:
