@@ -209,7 +209,7 @@ def test_a_hint_that_only_rewords_a_blameless_predictor_gives_it_no_pseudo_label
 
 
 def test_a_zero_vector_is_its_own_group_and_does_not_merge_the_others():
-    from dspy_agentgrad.clustering import embedding_groups, tfidf_groups
+    from dspy_agentgrad.core.clustering import embedding_groups, tfidf_groups
 
     assert embedding_groups([[1.0, 0.0], [0.0, 0.0], [0.0, 1.0]]) == [[0], [1], [2]]
     assert embedding_groups([[1.0, 0.0], [1.0, 0.01], [0.0, 0.0]]) == [[0, 1], [2]]

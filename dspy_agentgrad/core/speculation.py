@@ -1,0 +1,121 @@
+"""Speculation: doing ahead, in parallel, work the round may ask for, without changing a decision.
+
+Two kinds: the first rewrite of every predictor at once, and (when the attributor found that most
+hinted runs change nothing) the round's candidate checks stacked as if every candidate wins.
+Program runs made ahead are not scored: the engine then judges each candidate as always, scoring
+and paying for the runs it asks for in its own order, so the metric calls and the decisions are
+those without speculation under any budget. Prompt-LM calls are asked ahead only with ``speculate``
+on and no prompt-LM cap (a cap binds in the order the calls are made).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import dspy
+
+from ..config import AgentGradConfig
+from ..program.evaluation import Evaluator
+from ..roles.proposer import Proposer
+from ..runtime.budget import Budget
+from ..runtime.parallel import parallel_map
+from .acceptance import Acceptance
+from .rewriting import Rewriter
+from .state import Cluster, RunState
+
+logger = logging.getLogger("dspy_agentgrad")
+
+Chain = tuple[dspy.Example, list[dict[str, str]]]
+
+
+class Speculation:
+    """Prefetches a round's rewrites and candidate checks (unscored); only work whose checks fit the budget."""
+
+    def __init__(
+        self,
+        config: AgentGradConfig,
+        evaluator: Evaluator,
+        proposer: Proposer,
+        budget: Budget,
+        valset: list[dspy.Example],
+        state: RunState,
+        rewriter: Rewriter,
+        acceptance: Acceptance,
+    ):
+        self.config = config
+        self.evaluator = evaluator
+        self.proposer = proposer
+        self.budget = budget
+        self.valset = valset
+        self.state = state
+        self.rewriter = rewriter
+        self.acceptance = acceptance
+
+    def prefetch_rewrites(self, ready: list[Cluster]) -> None:
+        """Ask for the first rewrite of every predictor at once.
+
+        Exact: until a predictor's first cluster is judged, neither its instruction nor its rejected
+        rewrites change (other predictors' updates do not touch them), so the engine later sends
+        the same request and gets the memoized answer. Only clusters whose checks fit the budget,
+        only when :meth:`may_ask_ahead`.
+        """
+        if not self.may_ask_ahead():
+            return
+        firsts: dict[str, Cluster] = {}
+        for cluster in ready:
+            firsts.setdefault(cluster.predictor, cluster)
+        program = self.state.instructions
+        requests = [self.rewriter.request(c) for c in firsts.values() if self.acceptance.affordable(program, c)]
+        if len(requests) > 1:
+            parallel_map(self.proposer.rewrite, requests, self.config.num_threads)
+
+    def may_ask_ahead(self) -> bool:
+        """Prompt-LM calls the sequential procedure may not make are asked only with ``speculate`` on and no
+        prompt-LM cap (a rewrite asked ahead could take tokens a call that comes first needs)."""
+        budget = self.budget
+        return self.config.speculate and budget.max_prompt_tokens is None and budget.max_prompt_cost is None
+
+    def prefetch_judging(self, ready: list[Cluster], round_index: int) -> None:
+        """Run the round's candidate checks ahead, as if every candidate wins.
+
+        The round's candidates are stacked in the order the engine judges them, each on top
+        of the ones before (as acceptance would leave the program; a second cluster of a
+        predictor is rewritten from the first one's rewrite, as it would be then). Every
+        validation example and each cluster's examples are run under the stack in one parallel
+        step, each example's runs in order (:meth:`Evaluator.run_chains_ahead`), unscored. The
+        engine then judges each candidate as always, scoring (and paying for) the runs it asks for
+        in its own order, with exact early rejection: the decisions and the metric calls do not
+        change, under any budget. After a rejection, what was stacked above it is wasted (LM calls,
+        no metric call). The stack is cut to the deepest one whose runs are no more than the budget
+        left (more could never be scored); one candidate alone is not stacked. Nothing is stacked
+        unless :meth:`may_ask_ahead` (the stacked rewrites are prompt-LM calls asked ahead).
+        """
+        if not self.may_ask_ahead():
+            return
+        stack: list[tuple[dict[str, str], Cluster]] = []
+        program = dict(self.state.instructions)
+        for cluster in ready:
+            if not self.acceptance.affordable(program, cluster):
+                break  # the engine would not pay for this rewrite either
+            proposal = self.rewriter.rewrite(cluster, program)
+            if self.rewriter.unusable(proposal, program[cluster.predictor]) is not None:
+                continue
+            program = {**program, cluster.predictor: proposal}
+            stack.append((program, cluster))
+        if len(stack) < 2:
+            return  # one candidate: nothing to overlap
+        for depth in range(len(stack), 1, -1):
+            chains = self._stacked_checks(stack[:depth])
+            if self.evaluator.chain_cost(chains) <= self.budget.remaining():
+                self.evaluator.run_chains_ahead(chains)
+                return
+        logger.info("round %d: no stack of candidate checks fits the budget left", round_index)
+
+    def _stacked_checks(self, stack: list[tuple[dict[str, str], Cluster]]) -> list[Chain]:
+        """Each validation example under every program of the stack; each cluster's examples under the
+        programs up to its own candidate (its "before" and "after")."""
+        before = [dict(self.state.instructions)] + [program for program, _ in stack[:-1]]
+        chains = [(ex, [program for program, _ in stack]) for ex in self.valset]
+        for level, (_, cluster) in enumerate(stack):
+            chains += [(g.record.example, before[: level + 1] + [stack[level][0]]) for g in cluster.members]
+        return chains
