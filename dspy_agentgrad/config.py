@@ -32,11 +32,17 @@ def auto_budget(auto: str, n_predictors: int, n_val: int) -> int:
     return n_val + candidates * 5 + trials * 35 + full_evals * n_val
 
 
-def worst_case_calls(rounds: int, n_predictors: int, n_train: int, n_val: int, train_batch_size: int) -> int:
-    """The most metric calls ``rounds`` rounds can take: per round the batch, one hinted run per failure
-    and predictor, the cluster checks and two validation passes, after one initial validation pass."""
+def worst_case_calls(
+    rounds: int, n_predictors: int, n_train: int, n_val: int, train_batch_size: int, schedule_length: int = 1
+) -> int:
+    """The most metric calls ``rounds`` rounds can take, after one initial validation pass. Per round: the
+    batch; one hinted run per failure and predictor; 2(N - 1) cumulative and pruning runs per failure; and
+    per gradient (at most one per failure and predictor, kept waiting for up to ``schedule_length`` rounds)
+    a candidate whose checks run its cluster before and after and one validation pass."""
     b = min(train_batch_size, n_train)
-    return n_val + rounds * (b * (n_predictors + 3) + 2 * n_val)
+    n = n_predictors
+    gradients = schedule_length * b * n
+    return n_val + rounds * (b * (1 + n + 2 * max(n - 1, 0)) + gradients * (2 + n_val))
 
 
 @dataclass

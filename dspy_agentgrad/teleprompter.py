@@ -267,7 +267,14 @@ class AgentGrad(Teleprompter):
         trainable = set(names) - self.config.frozen(names)
         worst = max_calls
         if max_rounds is not None:
-            worst = worst_case_calls(max_rounds, len(names), n_train, n_val, self.config.train_batch_size)
+            worst = worst_case_calls(
+                max_rounds,
+                len(names),
+                n_train,
+                n_val,
+                self.config.train_batch_size,
+                len(self.config.cluster_schedule),
+            )
             worst = worst if max_calls is None else min(worst, max_calls)
 
         def estimate_from(sample: SampleStats) -> Estimate:

@@ -291,18 +291,19 @@ def test_rewrites_are_not_asked_ahead_without_speculation():
     assert world.calls["rewrite"] == asked
 
 
-def test_worst_case_calls_bounds_every_run():
+def test_worst_case_calls_bounds_a_run_where_every_candidate_is_validated():
     from dspy_agentgrad.config import worst_case_calls
 
-    train = make_data({"extract+notes": 3, "notes+answer": 3, "extract": 2, "notes": 2, "answer": 2})
-    val = make_data({"none": 6, "extract": 1}, start=50)
-    for schedule in ((1,), (2, 1)):
-        dspy.configure(lm=world_lm(World(overfit=("answer", "notes"))))
-        result = AgentGrad(
-            feedback_metric, max_rounds=3, cluster_schedule=schedule, train_batch_size=12, speculate=False, **FAST
-        ).compile(Pipeline(), trainset=train, valset=val)
-        worst = worst_case_calls(3, 3, len(train), len(val), 12, len(schedule))
-        assert result.detailed_results.metric_calls <= worst
+    # one failure per predictor, each fixed by its own candidate, each candidate validated in full (no reuse)
+    train = make_data({"extract": 1, "notes": 1, "answer": 1})
+    val = make_data({"none": 20, "extract": 1, "notes": 1, "answer": 1}, start=50)
+    dspy.configure(lm=world_lm(World()))
+    result = AgentGrad(feedback_metric, max_rounds=1, cluster_schedule=(1,), reuse_calls=False, **FAST).compile(
+        Pipeline(), trainset=train, valset=val
+    )
+    details = result.detailed_results
+    assert [c.accepted for c in details.candidates] == [True, True, True]
+    assert details.metric_calls <= worst_case_calls(1, 3, len(train), len(val), 16)
 
 
 def test_replay_and_reuse_tell_calls_with_other_demos_apart():
