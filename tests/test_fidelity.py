@@ -306,8 +306,18 @@ def test_worst_case_calls_bounds_a_run_where_every_candidate_is_validated():
     assert details.metric_calls <= worst_case_calls(1, 3, len(train), len(val), 16)
 
 
+class SeesDemos(RuleEngine):
+    """A rule engine that also shows the rule the demos of the call (the turns before the last one)."""
+
+    def complete(self, request):
+        self.demo_text = " ".join(m.text or "" for m in request.messages[:-1])
+        return super().complete(request)
+
+
 def test_replay_and_reuse_tell_calls_with_other_demos_apart():
     class ByKind(dspy.Module):
+        """The answerer's demos follow the kind the first step found; its inputs do not."""
+
         def __init__(self):
             super().__init__()
             self.kind = dspy.Predict("question -> kind")
@@ -318,24 +328,23 @@ def test_replay_and_reuse_tell_calls_with_other_demos_apart():
             demos = [dspy.Example(question="demo", answer=f"style-{kind}")]
             return self.answer(question=question, demos=demos)
 
+    roles = ShapeWorld({}, faulty="none")
+
     def rule(call):
         if "current_instruction" in call.inputs:
-            return world._role(call)
+            return roles._role(call)
         if call.output_fields == ["kind"]:
             return {"kind": "good" if "FIX-kind" in call.instructions or call.hint else "bad"}
-        return {"answer": "right" if "style-good" in call.user + call.system or "style-good" in str(call) else "wrong"}
+        return {"answer": "right" if "style-good" in engine.demo_text else "wrong"}
 
-    world = ShapeWorld({}, faulty="none")
-    dspy.configure(lm=fake_lm(rule))
+    engine = SeesDemos(rule)
+    dspy.configure(lm=fake_lm(engine))
     data = [dspy.Example(question=f"q{i}", answer="right").with_inputs("question") for i in range(4)]
     result = AgentGrad(
-        lambda gold, pred, trace=None: float(pred.answer == gold.answer),
-        max_rounds=1,
-        cluster_schedule=(1,),
-        **FAST,
+        lambda gold, pred, trace=None: float(pred.answer == gold.answer), max_rounds=1, cluster_schedule=(1,), **FAST
     ).compile(ByKind(), trainset=data[:2], valset=data[2:])
     details = result.detailed_results
-    assert details.rounds[0].attributed["kind"] == 2
+    assert details.rounds[0].attributed == {"kind": 2, "answer": 0}
     assert details.best_val_score == 1.0
 
 

@@ -24,15 +24,19 @@ class Step:
     outputs: dict[str, Any]
     call: int = 0
     prediction: Any = field(default=None, repr=False, compare=False)
+    setting: str = ""  # a digest of the call's own demos, config and LM, when it passed any
 
     def to_dict(self) -> dict:
         """The journaled form (the live prediction stays in memory)."""
-        return {"name": self.name, "call": self.call, "inputs": self.inputs, "outputs": self.outputs}
+        data = {"name": self.name, "call": self.call, "inputs": self.inputs, "outputs": self.outputs}
+        if self.setting:
+            data["setting"] = self.setting
+        return data
 
     @classmethod
     def from_dict(cls, data: dict) -> Step:
         """Read back :meth:`to_dict` (a journal line after a resume)."""
-        return cls(data["name"], data["inputs"], data["outputs"], data.get("call", 0))
+        return cls(data["name"], data["inputs"], data["outputs"], data.get("call", 0), setting=data.get("setting", ""))
 
 
 @dataclass

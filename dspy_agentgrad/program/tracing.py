@@ -42,7 +42,7 @@ import dspy
 import pydantic
 from dspy.signatures.signature import ensure_signature
 
-from ..runtime.jsonable import digest, to_jsonable
+from ..runtime.jsonable import digest, faithful, to_jsonable
 from ..runtime.retries import RetryPolicy, error_kind, is_transient
 from ..runtime.usage import empty_usage, track
 from .metric import Metric, MetricError, check_score_range
@@ -63,8 +63,21 @@ class ProgramBug(RuntimeError):
     """The program raised the same error of its own (not an LM error) on each of its first runs."""
 
 
-def _inputs_key(name: str, inputs: dict[str, Any]) -> str:
-    return f"{name}:{digest(inputs)}"
+def _inputs_key(name: str, inputs: dict[str, Any], setting: str = "") -> str:
+    return f"{name}:{digest(inputs)}:{setting}"
+
+
+#: Per-call arguments of ``Predict.forward`` that change its answer besides the inputs and the instruction.
+CALL_SETTINGS = ("demos", "config", "lm")
+
+
+def call_setting(kwargs: dict[str, Any]) -> str:
+    """A digest of the call's own ``demos``, ``config`` and ``lm`` ("" when it passed none): two calls with the
+    same inputs but other demos or settings are other calls, for replay and reuse alike."""
+    given = {k: kwargs[k] for k in CALL_SETTINGS if kwargs.get(k) is not None}
+    if "lm" in given:
+        given["lm"] = getattr(given["lm"], "model", None) or type(given["lm"]).__name__
+    return digest(given) if given else ""
 
 
 class RunControl:
@@ -84,7 +97,7 @@ class RunControl:
         self._lock = threading.Lock()
         self._replay: dict[str, list[Step]] = defaultdict(list)
         for step in replay + reuse:
-            self._replay[_inputs_key(step.name, step.inputs)].append(step)
+            self._replay[_inputs_key(step.name, step.inputs, step.setting)].append(step)
         self.replay_names = frozenset(step.name for step in replay)
         self.reuse_names = frozenset(step.name for step in reuse)
         self._next_call: dict[str, int] = defaultdict(int)
@@ -101,10 +114,10 @@ class RunControl:
             self._next_call[name] += 1
         return sequence, call
 
-    def take_replay(self, name: str, inputs: dict[str, Any]) -> Step | None:
-        """The recorded call to hand back for this predictor and inputs, if one is left."""
+    def take_replay(self, name: str, inputs: dict[str, Any], setting: str = "") -> Step | None:
+        """The recorded call to hand back for this predictor, inputs and call setting, if one is left."""
         with self._lock:
-            queue = self._replay.get(_inputs_key(name, inputs))
+            queue = self._replay.get(_inputs_key(name, inputs, setting))
             return queue.pop(0) if queue else None
 
     def record(self, sequence: int, step: Step) -> None:
@@ -194,6 +207,7 @@ class _Call:
         self.name = getattr(predictor, _NAME_ATTR)
         self.control: RunControl = dspy.settings.get(CONTROL_KEY)
         self.inputs = {k: to_jsonable(v) for k, v in kwargs.items() if k in predictor.signature.input_fields}
+        self.setting = call_setting(kwargs)
         self.sequence, self.call = self.control.start_call(self.name)
         self.kwargs = kwargs
         self.delivery = delivery
@@ -202,7 +216,7 @@ class _Call:
         strict = self.name in self.control.replay_names
         if not strict and self.name not in self.control.reuse_names:
             return None
-        step = self.control.take_replay(self.name, self.inputs)
+        step = self.control.take_replay(self.name, self.inputs, self.setting)
         prediction = _replayed(self.predictor, step) if step is not None else None
         if prediction is None:
             if strict:
@@ -230,7 +244,7 @@ class _Call:
 
     def finish(self, prediction: Any) -> Any:
         outputs = to_jsonable(dict(prediction.items())) if hasattr(prediction, "items") else {}
-        self.control.record(self.sequence, Step(self.name, self.inputs, outputs, self.call, _snapshot(prediction)))
+        self.control.record(self.sequence, Step(self.name, self.inputs, outputs, self.call, _snapshot(prediction), self.setting))
         return prediction
 
 
@@ -418,7 +432,8 @@ class ProgramRunner:
             else {"output": to_jsonable(prediction)}
         )
         known = reference.outcome if reference is not None else None
-        if known is not None and known.error is None and outputs == known.outputs:
+        same = known is not None and known.error is None and outputs == known.outputs
+        if same and faithful(prediction):  # values shown by str() alone may print alike and differ: scored
             return Outcome(known.score, known.feedback, None, steps, outputs, total_usage, attempts, scored=False)
         attempt = 0
         while True:

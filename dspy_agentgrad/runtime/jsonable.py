@@ -22,6 +22,22 @@ def to_jsonable(value: Any) -> Any:
     return str(value)
 
 
+def faithful(value: Any) -> bool:
+    """Whether :func:`to_jsonable` keeps all of ``value`` (no part is shown only by its ``str()``), so two values
+    with equal JSON forms are equal."""
+    if value is None or isinstance(value, (str, bool, int, float)):
+        return True
+    if isinstance(value, dict):
+        return all(faithful(v) for v in value.values())
+    if isinstance(value, (list, tuple, set)):
+        return all(faithful(v) for v in value)
+    if hasattr(value, "model_dump"):
+        return faithful(value.model_dump())
+    if hasattr(value, "toDict"):
+        return faithful(value.toDict())
+    return False
+
+
 def digest(value: Any, length: int = 16) -> str:
     """A short stable hash of any JSON-able value."""
     text = json.dumps(to_jsonable(value), sort_keys=True, ensure_ascii=False)
