@@ -279,16 +279,24 @@ def test_the_cumulative_pass_does_not_take_a_fix_that_copies_a_revealed_label():
 
 
 def test_rewrites_are_not_asked_ahead_without_speculation():
-    world = World()
-    dspy.configure(lm=world_lm(world))
     train = make_data({"extract": 2, "notes": 2, "answer": 2})
     val = make_data({"none": 4}, start=50)
-    # enough budget for the first candidate's checks only
-    result = AgentGrad(
-        feedback_metric, max_metric_calls=6 + 4 + 4 + 6, cluster_schedule=(2,), speculate=False, **FAST
-    ).compile(Pipeline(), trainset=train, valset=val)
-    asked = len([c for c in result.detailed_results.candidates if c.instruction])
-    assert world.calls["rewrite"] == asked
+    spent = []
+
+    class AfterAttribution:
+        def on_attribution(self, event):
+            spent.append(event.metric_calls)
+
+    def run(cap, world):
+        dspy.configure(lm=world_lm(world))
+        options = dict(cluster_schedule=(2,), speculate=False, callbacks=[AfterAttribution()], max_rounds=1, **FAST)
+        return AgentGrad(feedback_metric, max_metric_calls=cap, **options).compile(Pipeline(), trainset=train, valset=val)
+
+    run(None, World())
+    world = World()
+    result = run(spent[0] + 2 + len(val), world)  # the budget left pays for one candidate's checks
+    asked = [c for c in result.detailed_results.candidates if c.instruction]
+    assert len(asked) == 1 and world.calls["rewrite"] == 1
 
 
 def test_worst_case_calls_bounds_a_run_where_every_candidate_is_validated():
