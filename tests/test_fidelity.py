@@ -290,7 +290,9 @@ def test_rewrites_are_not_asked_ahead_without_speculation():
     def run(cap, world):
         dspy.configure(lm=world_lm(world))
         options = dict(cluster_schedule=(2,), speculate=False, callbacks=[AfterAttribution()], max_rounds=1, **FAST)
-        return AgentGrad(feedback_metric, max_metric_calls=cap, **options).compile(Pipeline(), trainset=train, valset=val)
+        return AgentGrad(feedback_metric, max_metric_calls=cap, **options).compile(
+            Pipeline(), trainset=train, valset=val
+        )
 
     run(None, World())
     world = World()

@@ -77,6 +77,7 @@ class Attributor:
         self.fix_score = config.max_score if config.fix_threshold is None else config.fix_threshold
         self._instructions: dict[str, str] = {}  # the program of the current call, which hinted runs run
         self._speculating = False  # the current call's hinted runs are started ahead (see ``attribute``)
+        self._cumulative_leaks = 0  # hint sets of the current call's cumulative pass whose fix leaked a label
 
     def attribute(
         self, instructions: dict[str, str], examples: list[dspy.Example], round_index: int, phase: str = "evaluate"
@@ -98,7 +99,7 @@ class Attributor:
 
         ``round_index`` picks the predictor that takes every failure when ``target_identification`` is off.
         """
-        self._instructions, self._speculating = instructions, False
+        self._instructions, self._speculating, self._cumulative_leaks = instructions, False, 0
         outcomes = self.evaluator.evaluate(instructions, examples, phase)
         order = execution_order(outcomes)
         passed = [i for i, o in enumerate(outcomes) if o.score >= self.max_score]
@@ -143,7 +144,7 @@ class Attributor:
             attributed,
             [examples[i] for i in unresolved],
             [examples[i] for i in passed],
-            leaked,
+            leaked + self._cumulative_leaks,
             explained_single=single,
             explained_cumulative=cumulative,
             replay_misses=sum(o.replay_misses for o in outcomes),
@@ -186,6 +187,21 @@ class Attributor:
             return []
         results = self.evaluator.intervene(self._instructions, [job for _, _, job in jobs])
         return [(index, hints, result) for (index, hints, _), result in zip(jobs, results)]
+
+    def _clean_fix(self, original: Outcome, result: Outcome, hints: dict[str, Hint]) -> bool:
+        """A set of hints fixed the failure, and no hinted predictor did it by copying a label its hint revealed
+        (with ``leak_check``): the cumulative pass's leak check. A leaking set counts as not fixing, so the
+        pass goes on to earlier predictors, and pruning keeps a hint whose drop leaves only a leaking fix."""
+        if not self._fixes(result, original):
+            return False
+        if not self.config.leak_check:
+            return True
+        leaks = any(
+            leaks_label(hint, step.inputs, step.outputs) for n, hint in hints.items() for step in result.calls(n)
+        )
+        if leaks:
+            self._cumulative_leaks += 1
+        return not leaks
 
     def _fixes(self, result: Outcome, original: Outcome) -> bool:
         return result.score >= self.fix_score and result.score > original.score
@@ -239,7 +255,7 @@ class Attributor:
             items = [(i, tuple(chain[:depth])) for i, chain in chains.items() if len(chain) >= depth]
             fixed = {}
             for index, hints, result in self._hinted(examples, outcomes, items):
-                if self._fixes(result, outcomes[index]):
+                if self._clean_fix(outcomes[index], result, hints):
                     fixed[index] = (list(hints), result)
                     del chains[index]
             for index, (kept, witnesses, run) in self._prune(examples, outcomes, fixed).items():
@@ -275,7 +291,7 @@ class Attributor:
             for index, hints, result in self._hinted(examples, outcomes, items):
                 kept, witnesses, _ = state[index]
                 dropped = next(n for n in kept if n not in hints)
-                if self._fixes(result, outcomes[index]):
+                if self._clean_fix(outcomes[index], result, hints):
                     kept.remove(dropped)
                     state[index] = (kept, witnesses, result)
                 else:
