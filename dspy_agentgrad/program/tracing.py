@@ -244,7 +244,9 @@ class _Call:
 
     def finish(self, prediction: Any) -> Any:
         outputs = to_jsonable(dict(prediction.items())) if hasattr(prediction, "items") else {}
-        self.control.record(self.sequence, Step(self.name, self.inputs, outputs, self.call, _snapshot(prediction), self.setting))
+        self.control.record(
+            self.sequence, Step(self.name, self.inputs, outputs, self.call, _snapshot(prediction), self.setting)
+        )
         return prediction
 
 
