@@ -10,7 +10,7 @@ import zlib
 import dspy
 import numpy as np
 import pytest
-from world import Pipeline, ShapeWorld, World, dumps, feedback_metric, make_data, make_example, world_lm
+from world import Pipeline, ShapeWorld, World, dumps, feedback_metric, make_data, retrieve, world_lm
 
 from dspy_agentgrad import AgentGrad
 from dspy_agentgrad.testing import RuleEngine, fake_lm
@@ -143,16 +143,12 @@ def test_replay_returns_outputs_as_they_were_returned_whatever_the_program_did_t
 
 class Rewording(World):
     """The test world, with an LM that rewords every output with its prompt (a digest of it appended), as real
-    API models do; the pipeline and metric read past the wording. Each faulty predictor follows its hint only
-    for some wordings of its inputs (a stable hash), as a real LM does."""
+    API models do; the pipeline and metric read past the wording. A hinted faulty predictor follows its hint
+    for a stable share of (example, predictor) pairs, whatever the wording of its inputs."""
 
     def __init__(self, reword: bool = True, **kwargs):
         super().__init__(**kwargs)
         self.reword = reword
-
-    def _follows(self, name, call):
-        text = f"{name}:{sorted(call.inputs.items())}"
-        return zlib.crc32(text.encode()) % 1000 < self.hint_follow_rate * 1000
 
     def __call__(self, call):
         out = super().__call__(call)
@@ -163,46 +159,42 @@ class Rewording(World):
 
 
 class WordPipeline(Pipeline):
-    """The test pipeline reading only the first word of each output (the wording after it does not matter)."""
+    """The test pipeline reading only the first word of each output; the whole keyword (wording included)
+    reaches the note-taker, so an upstream rewording changes every prompt downstream."""
 
     def forward(self, question):
-        from world import retrieve
-
-        keyword = self.extract(question=question).keyword.split()[0]
-        notes = self.notes(question=question, passages=retrieve(keyword)).notes
+        raw = self.extract(question=question).keyword
+        keyword = raw.split()[0]
+        notes = self.notes(question=question, passages=f"{retrieve(keyword)} (query: {raw})").notes
         answer = self.answer(question=question, notes=notes).answer
         return dspy.Prediction(answer=answer.split()[0], keyword=keyword)
 
 
 def pseudo_labels(reword: bool, seed: int) -> tuple[int, int]:
-    """(pseudo-labels from cumulative hints, of them on predictors whose kind is not at fault)."""
-    world = Rewording(reword=reword, hint_follow_rate=0.7)
-    dspy.configure(lm=world_lm(world))
-    train = make_data({"extract+notes": 6, "notes+answer": 5, "extract+answer": 5, "extract": 2, "notes": 2})
+    """(pseudo-labels of a round, of them on predictors the example's kind does not name)."""
+    dspy.configure(lm=world_lm(Rewording(reword=reword, hint_follow_rate=0.7)))
+    kinds = {"extract+notes": 6, "notes+answer": 5, "extract+answer": 5, "extract": 2, "notes": 2, "answer": 2}
     records = []
 
     class Keep:
         def on_attribution(self, event):
             records.extend(
-                (name, rec.example.question)
-                for name, recs in event.report.attributed.items()
-                for rec in recs
-                if event.report.explained_cumulative
+                (name, rec.example.question) for name, recs in event.report.attributed.items() for rec in recs
             )
 
     AgentGrad(
-        feedback_metric, max_rounds=1, seed=seed, train_batch_size=20, callbacks=[Keep()], cluster_schedule=(1,), **FAST
-    ).compile(WordPipeline(), trainset=train, valset=make_data({"none": 2}, start=90))
-    blameless = [(n, q) for n, q in records if n not in re.match(r"id\d+ kind=([\w+]+)", q).group(1).split("+")]
+        feedback_metric, max_rounds=1, train_batch_size=22, callbacks=[Keep()], cluster_schedule=(1,), **FAST
+    ).compile(WordPipeline(), trainset=make_data(kinds, start=100 * seed), valset=make_data({"none": 2}, start=990))
+    kind = re.compile(r"id\d+ kind=([\w+]+)")
+    blameless = [n for n, q in records if n not in kind.match(q).group(1).split("+")]
     return len(records), len(blameless)
 
 
 def test_a_hint_that_only_rewords_a_blameless_predictor_gives_it_no_pseudo_label():
-    for seed in range(3):
-        plain_total, plain_blameless = pseudo_labels(False, seed)
-        reworded_total, reworded_blameless = pseudo_labels(True, seed)
-        assert plain_blameless == 0
-        assert reworded_blameless == 0, (seed, reworded_total, reworded_blameless)
+    for seed in range(2):
+        plain, reworded = pseudo_labels(False, seed), pseudo_labels(True, seed)
+        assert plain[1] == reworded[1] == 0, (seed, plain, reworded)
+        assert reworded[0] == plain[0] > 0
 
 
 # ---- 5. smaller defects ---------------------------------------------------------------------------------
@@ -430,8 +422,3 @@ def test_a_metric_reading_lm_usage_gets_it_under_track_usage_and_accounting_stay
     assert details.best_val_score == 1.0
     assert details.usage["task"]["calls"] == engine.calls
     assert details.usage["prompt"]["calls"] == prompt_engine.calls
-
-
-def test_world_examples_are_stable():  # the examples above depend on these shapes
-    assert make_example(3, "extract").question == "id3 kind=extract"
-    assert dumps({"b": 1, "a": 2}) == '{"a": 2, "b": 1}'
