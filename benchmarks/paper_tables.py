@@ -58,14 +58,22 @@ def _benches(results: dict) -> list[str]:
 def ablation(results: dict) -> tuple[dict[str, Any], str]:
     """Test score of each ablation row per benchmark; whether each added component helped."""
     benches = _benches(results)
-    rows = {name: {b: _entries(results, b).get(name, {}).get("test_score") for b in benches} for name, _ in ABLATION_ROWS}
+    rows = {
+        name: {b: _entries(results, b).get(name, {}).get("test_score") for b in benches} for name, _ in ABLATION_ROWS
+    }
     baseline = {b: _entries(results, b).get("baseline", {}).get("test_score") for b in benches}
     steps = {}
     for b in benches:
         scores = [rows[name][b] for name, _ in ABLATION_ROWS]
         steps[b] = [None if x is None or y is None else y - x for x, y in zip(scores, scores[1:])]
-    data = {"table": "ablation", "baseline": baseline, "rows": rows, "added_component_gain": steps,
-            "paper": ABLATION_PAPER, "paper_source": PAPER_SOURCE}
+    data = {
+        "table": "ablation",
+        "baseline": baseline,
+        "rows": rows,
+        "added_component_gain": steps,
+        "paper": ABLATION_PAPER,
+        "paper_source": PAPER_SOURCE,
+    }
     head = "| Variant | " + " | ".join(PRETTY.get(b, b) for b in benches) + " |"
     lines = ["## Ablation (test score, %)", "", head, "|" + "---|" * (len(benches) + 1)]
     lines.append("| Baseline (no optimization) | " + " | ".join(_pct(baseline[b]) for b in benches) + " |")
@@ -95,7 +103,12 @@ def transfer(results: dict) -> tuple[dict[str, Any], str]:
     data = {"table": "transfer", "pairs": pairs, "paper_source": PAPER_SOURCE}
     cols = list(pairs)
     head = "| Optimizer | " + " | ".join(f"{PRETTY[s]} → {PRETTY_TARGETS[TARGETS[s]]}" for s in cols) + " |"
-    lines = ["## Transfer (target test score, %; source test score in brackets)", "", head, "|" + "---|" * (len(cols) + 1)]
+    lines = [
+        "## Transfer (target test score, %; source test score in brackets)",
+        "",
+        head,
+        "|" + "---|" * (len(cols) + 1),
+    ]
     names = order_optimizers(n for s in cols for n in pairs[s].get("scores", {}))
     for name in names:
         cells = []
@@ -106,7 +119,9 @@ def transfer(results: dict) -> tuple[dict[str, Any], str]:
     lead_cells = []
     for s in cols:
         ours = pairs[s]["agentgrad_lead"]
-        lead_cells.append(f"{'–' if ours is None else f'{100 * ours:+.2f}'} (paper {pairs[s]['paper_agentgrad_lead']:+.2f})")
+        lead_cells.append(
+            f"{'–' if ours is None else f'{100 * ours:+.2f}'} (paper {pairs[s]['paper_agentgrad_lead']:+.2f})"
+        )
     lines.append("| AgentGrad's lead over the next best | " + " | ".join(lead_cells) + " |")
     for s in cols:
         if pairs[s].get("status") != "done":
@@ -119,7 +134,9 @@ def wall_clock(results: dict) -> tuple[dict[str, Any], str]:
     """Minutes per optimizer per benchmark (the runs' own ``wall_time_s``) and each optimizer's time over
     AgentGrad's, with the paper's where it gives them."""
     benches = _benches(results)
-    minutes = {b: {n: e["wall_time_s"] / 60 for n, e in _entries(results, b).items() if n != "baseline"} for b in benches}
+    minutes = {
+        b: {n: e["wall_time_s"] / 60 for n, e in _entries(results, b).items() if n != "baseline"} for b in benches
+    }
     ratio = {
         b: {n: m / minutes[b]["agentgrad"] for n, m in minutes[b].items() if minutes[b].get("agentgrad")}
         for b in benches

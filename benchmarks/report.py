@@ -32,7 +32,16 @@ OPT_PRETTY = {
     "agentgrad+supervision": "AgentGrad (+ agent-level supervision)",
 }
 #: The paper's row order.
-OPT_ORDER = ("baseline", "miprov2", "textgrad", "gepa", "agentgrad-plain", "agentgrad+target", "agentgrad+supervision", "agentgrad")
+OPT_ORDER = (
+    "baseline",
+    "miprov2",
+    "textgrad",
+    "gepa",
+    "agentgrad-plain",
+    "agentgrad+target",
+    "agentgrad+supervision",
+    "agentgrad",
+)
 
 
 def write_json(path: Path, data: Any) -> None:

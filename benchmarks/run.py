@@ -24,8 +24,8 @@ from typing import Any
 
 from benchmarks.common import DataUnavailable, MissingExtra
 from benchmarks.harness import ABLATION, OPTIMIZERS, evaluate_program, run_optimizer
-from benchmarks.paper_tables import BUILDERS, TABLES
 from benchmarks.lms import LMSpecError, describe_spec
+from benchmarks.paper_tables import BUILDERS, TABLES
 from benchmarks.presets import PAPER, PRESETS, gepa_variant, merge_options, optimizer_options
 from benchmarks.registry import BENCHMARKS, PAPER_SIZES, load_benchmark
 from benchmarks.report import markdown_report, plot_curves, write_json
@@ -368,7 +368,9 @@ def _evaluate_transfer(target, block: dict, programs: Path, task_lm, num_threads
             continue
         program = target.make_program()
         program.load(str(programs / f"{name}.json"))
-        score, calls, _ = evaluate_program(program, target.examples, target.metric, task_lm=task_lm, num_threads=num_threads)
+        score, calls, _ = evaluate_program(
+            program, target.examples, target.metric, task_lm=task_lm, num_threads=num_threads
+        )
         scores[name] = {"target": score, "target_metric_calls": calls, "source_test": entry["test_score"]}
         logger.info("[%s -> %s] %s: %.4f", block["transfer"]["target"], target.name, name, score)
     block["transfer"]["status"] = "done"
@@ -380,6 +382,10 @@ def _update_gains(entries: dict) -> None:
     for entry in entries.values():
         if entry.get("status") == "done":
             entry["gain"] = None if base_test is None else entry["test_score"] - base_test
+
+
+def _block(results: dict, bench: str) -> dict:
+    return results["benchmarks"].get(bench, {})
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -433,7 +439,7 @@ def main(argv: list[str] | None = None) -> int:
     unavailable = [b for b in benches if results["benchmarks"].get(b, {}).get("status") == "unavailable"]
     for b in unavailable:
         print(f"error: {b}: {results['benchmarks'][b]['error']}", file=sys.stderr)
-    no_target = [b for b in benches if results["benchmarks"].get(b, {}).get("transfer", {}).get("status") == "unavailable"]
+    no_target = [b for b in benches if _block(results, b).get("transfer", {}).get("status") == "unavailable"]
     for b in no_target:
         print(f"error: {b} transfer: {results['benchmarks'][b]['transfer']['error']}", file=sys.stderr)
     return 2 if unavailable or failed or no_target else 0

@@ -57,13 +57,17 @@ def _pupa_tnb(bench: Benchmark, size: int | None, seed: int) -> Target:
 
 
 def _twowiki_dev() -> list[dict]:
-    archive = download_file(TWOWIKI_URL, cache_dir() / "2wikimultihopqa" / "data_ids_april7.zip", what="2WikiMultiHopQA")
+    archive = download_file(
+        TWOWIKI_URL, cache_dir() / "2wikimultihopqa" / "data_ids_april7.zip", what="2WikiMultiHopQA"
+    )
     try:
         with zipfile.ZipFile(archive) as zf:
             name = next(n for n in zf.namelist() if n.endswith("dev.json"))
             return json.loads(zf.read(name))
     except (zipfile.BadZipFile, StopIteration, json.JSONDecodeError) as exc:
-        raise DataUnavailable(f"{archive} does not hold the 2WikiMultiHopQA dev.json ({exc}); delete it and retry")
+        raise DataUnavailable(
+            f"{archive} does not hold the 2WikiMultiHopQA dev.json ({exc}); delete it and retry"
+        ) from exc
 
 
 def _as_hotpot_row(row: dict) -> dict:
@@ -72,7 +76,10 @@ def _as_hotpot_row(row: dict) -> dict:
         "id": row["_id"],
         "question": row["question"],
         "answer": row["answer"],
-        "supporting_facts": {"title": [t for t, _ in row["supporting_facts"]], "sent_id": [i for _, i in row["supporting_facts"]]},
+        "supporting_facts": {
+            "title": [t for t, _ in row["supporting_facts"]],
+            "sent_id": [i for _, i in row["supporting_facts"]],
+        },
         "context": {"title": [t for t, _ in row["context"]], "sentences": [s for _, s in row["context"]]},
     }
 

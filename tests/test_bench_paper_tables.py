@@ -30,10 +30,14 @@ def test_ablation_table_has_the_papers_four_rows(tmp_path):
     results = json.loads((tmp_path / "results.json").read_text())
     entries = results["benchmarks"]["math"]["optimizers"]
     assert list(entries) == ["baseline", "agentgrad-plain", "agentgrad+target", "agentgrad+supervision", "agentgrad"]
-    configs = {name: entries[name]["details"]["result"].get("config", {}) for name in entries if name != "baseline"}
-    if all(configs.values()):  # the switches really reached AgentGrad
-        assert configs["agentgrad-plain"]["target_identification"] is False
-        assert configs["agentgrad+supervision"]["agent_supervision"] is True
+    switches = ("target_identification", "agent_supervision", "semantic_abstraction")
+    reached = {n: tuple(entries[n]["details"]["result"]["options"][k] for k in switches) for n in list(entries)[1:]}
+    assert reached == {  # each row adds one component, as the paper's rows do
+        "agentgrad-plain": (False, False, False),
+        "agentgrad+target": (True, False, False),
+        "agentgrad+supervision": (True, True, False),
+        "agentgrad": (True, True, True),
+    }
     table = json.loads((tmp_path / "ablation.json").read_text())
     assert set(table["rows"]) == {"agentgrad-plain", "agentgrad+target", "agentgrad+supervision", "agentgrad"}
     assert table["rows"]["agentgrad"]["math"] == entries["agentgrad"]["test_score"]

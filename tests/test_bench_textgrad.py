@@ -11,7 +11,9 @@ import pytest
 
 from benchmarks import harness, run
 
-needs_textgrad = pytest.mark.skipif(importlib.util.find_spec("textgrad") is None, reason="the [textgrad] extra is missing")
+needs_textgrad = pytest.mark.skipif(
+    importlib.util.find_spec("textgrad") is None, reason="the [textgrad] extra is missing"
+)
 needs_math = pytest.mark.skipif(importlib.util.find_spec("math_verify") is None, reason="the [math] extra is missing")
 
 
@@ -96,6 +98,13 @@ def test_without_textgrad_the_error_says_what_to_install(monkeypatch):
     ex = [dspy.Example(q="1").with_inputs("q")]
     with pytest.raises(RuntimeError, match=r"pip install 'dspy-agentgrad\[textgrad\]'"):
         harness.run_optimizer(
-            "textgrad", dspy.Predict("q -> a"), ex, ex, lambda g, p, t=None: 0.0, task_lm=lm, prompt_lm=lm,
-            max_metric_calls=10, cache_dir="off",
+            "textgrad",
+            dspy.Predict("q -> a"),
+            ex,
+            ex,
+            lambda g, p, t=None: 0.0,
+            task_lm=lm,
+            prompt_lm=lm,
+            max_metric_calls=10,
+            cache_dir="off",
         )

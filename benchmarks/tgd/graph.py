@@ -25,9 +25,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from benchmarks.tgd.engine import tg
-from textgrad.autograd import LLMCall, StringBasedFunction
-from textgrad.autograd.function import BackwardContext
+from benchmarks.tgd.engine import tg  # before any textgrad module: it moves textgrad's log file
+
+LLMCall, StringBasedFunction = tg.autograd.LLMCall, tg.autograd.StringBasedFunction
+BackwardContext = tg.autograd.function.BackwardContext
 
 #: Outputs shorter than this are not matched against later inputs (words like "ok" match anywhere).
 MIN_MATCH_CHARS = 4
@@ -72,7 +73,9 @@ def _feeds(step: StepCall, texts: list[str]) -> bool:
 def links(steps: list[StepCall], prediction: Mapping[str, Any]) -> tuple[list[list[int]], list[int]]:
     """(earlier steps feeding each step, steps feeding the prediction), as indices into ``steps``."""
     pred_texts = [str(v) for v in prediction.values()]
-    feeds = [[j for j in range(i) if _feeds(steps[j], [str(v) for v in s.inputs.values()])] for i, s in enumerate(steps)]
+    feeds = [
+        [j for j in range(i) if _feeds(steps[j], [str(v) for v in s.inputs.values()])] for i, s in enumerate(steps)
+    ]
     final = [j for j, s in enumerate(steps) if _feeds(s, pred_texts)]
     for j in range(len(steps)):
         used = j in final or any(j in f for f in feeds[j + 1 :])

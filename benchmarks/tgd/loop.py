@@ -87,7 +87,9 @@ def optimize(
         raise ValueError("TextGrad needs a non-empty trainset and valset")
     engine = DSPyEngine(prompt_lm)
     instructions = {
-        name: tg.Variable(pred.signature.instructions, requires_grad=True, role_description=role_of(name, pred.signature))
+        name: tg.Variable(
+            pred.signature.instructions, requires_grad=True, role_description=role_of(name, pred.signature)
+        )
         for name, pred in program.named_predictors()
     }
     best = evaluate(_with_instructions(program, instructions))
