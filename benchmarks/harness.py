@@ -10,6 +10,7 @@ Budgets: one metric call = one program run + metric on one example (GEPA's unit)
 GEPA take ``max_metric_calls`` directly; MIPROv2 has no such option, so :func:`mipro_plan` chooses its
 number of candidates, trials and minibatch size so that its expected calls (bootstrapping, the
 default program's full evaluation, minibatch trials and periodic full evaluations) fit the budget.
+TextGrad (:mod:`benchmarks.tgd`) takes steps while a minibatch and a validation pass still fit the budget.
 Every optimizer's real count is reported (``metric_calls``), whatever it was told.
 """
 

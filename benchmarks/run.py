@@ -393,7 +393,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    for noisy in ("dspy", "LiteLLM", "httpx", "gepa", "textgrad"):
+    for noisy in ("dspy", "LiteLLM", "httpx", "gepa"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     benches = [b.strip() for b in args.bench.split(",") if b.strip()]
     unknown = [b for b in benches if b not in BENCHMARKS]

@@ -6,6 +6,7 @@ metered under the prompt role, cached like the other optimizers' calls, and a fa
 
 from __future__ import annotations
 
+import logging
 import os
 
 from benchmarks.common import MissingExtra, cache_dir
@@ -23,6 +24,9 @@ def import_textgrad():
         import textgrad
     except ImportError as exc:
         raise MissingExtra(MISSING) from exc
+    # textgrad sets its logger to INFO at import and logs every prompt: its own log file keeps them,
+    # the console does not repeat them
+    logging.getLogger("textgrad").propagate = False
     return textgrad
 
 
