@@ -108,3 +108,25 @@ def test_without_textgrad_the_error_says_what_to_install(monkeypatch):
             max_metric_calls=10,
             cache_dir="off",
         )
+
+
+class Broken(dspy.Module):
+    def __init__(self):
+        super().__init__()
+        self.step = dspy.Predict("q -> a")
+
+    def forward(self, q):
+        raise RuntimeError("always fails")
+
+
+@needs_textgrad
+def test_a_program_that_always_raises_still_ends_within_budget():
+    from dspy_agentgrad.testing import fake_lm
+
+    lm = fake_lm(lambda call: {"a": "x"})
+    ex = [dspy.Example(q=str(i), a="y").with_inputs("q") for i in range(3)]
+    result = harness.run_optimizer(
+        "textgrad", Broken(), ex, ex[:1], lambda g, p, t=None: 0.0, task_lm=lm, prompt_lm=lm,
+        max_metric_calls=10, cache_dir="off",
+    )  # fmt: skip
+    assert result.details["failed_runs"] > 0 and result.details["steps"] <= 10

@@ -98,8 +98,12 @@ def optimize(
     order: list = []
     step_cost = min(settings.batch_size, len(trainset)) + len(valset)
     stats = {"steps": 0, "accepted": 0, "reverted": 0, "update_failures": 0, "failed_runs": 0, "no_feedback": 0}
+
+    def used() -> int:  # a run that raised scored nothing, but it was a program run all the same
+        return spent() + stats["failed_runs"]
+
     while (budget is None and stats["steps"] < settings.max_steps) or (
-        budget is not None and spent() + step_cost <= budget
+        budget is not None and used() + step_cost <= budget
     ):
         if len(order) < settings.batch_size:
             order += rng.sample(trainset, len(trainset))  # a new epoch
@@ -128,8 +132,8 @@ def optimize(
         else:
             stats["accepted"] += 1
             best = score
-        curve.append((spent(), best))
-        logger.info("textgrad step %d: val %.4f (best %.4f), %d metric calls", stats["steps"], score, best, spent())
+        curve.append((used(), best))
+        logger.info("textgrad step %d: val %.4f (best %.4f), %d metric calls", stats["steps"], score, best, used())
     return TextGradOutcome(_with_instructions(program, instructions), best, curve, stats)
 
 
