@@ -175,8 +175,8 @@ def wall_clock(results: dict) -> tuple[dict[str, Any], str]:
         lines.append(f"| {OPT_PRETTY.get(name, name)} | " + " | ".join(cells) + " |")
     lines += ["", "Paper:"] + [f"- {note}" for note in PAPER_TIME_NOTES]
     lines.append(
-        "\nOurs are wall-clock seconds of each optimizer's own run (the test evaluation excluded), as measured "
-        "on the machine that ran them: compare within one results file."
+        "\nOurs: each optimizer's own run (the test evaluation excluded), on the machine, servers and load "
+        "that ran it: compare rows of one results file, not with the paper's minutes."
     )
     return data, "\n".join(lines) + "\n"
 
