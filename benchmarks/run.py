@@ -276,6 +276,9 @@ def run_benchmark(bench_name: str, args, optimizers: list[str], results: dict, o
     block.update(status="loaded", info=bench.info)
     block.pop("error", None)
     target = _transfer_target(bench_name, bench, args, block) if args.table == "transfer" else None
+    if args.table == "transfer" and target is None:
+        block["status"] = "partial"  # optimizing for a transfer that cannot be evaluated would waste the budget
+        return
     task_lm, prompt_lm, extra_lms = _lms(args, bench, also=target.examples if target else ())
     options = settings["options"]
     entries = block["optimizers"]
@@ -372,7 +375,7 @@ def _evaluate_transfer(target, block: dict, programs: Path, task_lm, num_threads
             program, target.examples, target.metric, task_lm=task_lm, num_threads=num_threads
         )
         scores[name] = {"target": score, "target_metric_calls": calls, "source_test": entry["test_score"]}
-        logger.info("[%s -> %s] %s: %.4f", block["transfer"]["target"], target.name, name, score)
+        logger.info("[transfer to %s] %s: %.4f", target.name, name, score)
     block["transfer"]["status"] = "done"
 
 

@@ -69,6 +69,8 @@ def test_transfer_to_2wiki_offline_is_a_clear_error(tmp_path, monkeypatch, capsy
     assert "2WikiMultiHopQA is not cached" in capsys.readouterr().err
     md = (tmp_path / "o" / "transfer.md").read_text()
     assert "HotpotQA → 2WikiMultiHopQA" in md and "not run" in md
+    block = json.loads((tmp_path / "o" / "results.json").read_text())["benchmarks"]["hotpotqa"]
+    assert block["optimizers"] == {}  # nothing optimized for a transfer that cannot be evaluated
 
 
 def test_transfer_refuses_a_source_without_target(tmp_path):
