@@ -2,11 +2,12 @@
 
 Task predictors misbehave on part of the data unless their instruction carries a fix token
 ``FIX-<output field>`` (or AgentGrad's per-example hint): the answerer answers the gold answer,
-the query writers name the gold titles, the IFBench rewriter repeats the query's own words. The
-prompt-LM roles of all three optimizers (AgentGrad's gradient / cluster / rewrite signatures,
-GEPA's reflection -- dspy's JSON-adapter proposer or gepa's raw prompt --, MIPROv2's grounded
-proposer) reply with the current instruction plus the fix token of the predictor they are asked
-about, so every optimizer can find the improvement.
+the query writers name the gold titles, the IFBench rewriter repeats the query's own words, MATH's
+solver drafts the reference answer and its verifier keeps the draft unless fixed. The prompt-LM roles
+of all four optimizers (AgentGrad's gradient / cluster / rewrite signatures, GEPA's reflection --
+dspy's JSON-adapter proposer or gepa's raw prompt --, MIPROv2's grounded proposer, TextGrad's
+feedback and TGD update prompts) reply with the current instruction plus the fix token of the
+predictor they are asked about, so every optimizer can find the improvement.
 """
 
 from __future__ import annotations
