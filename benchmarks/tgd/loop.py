@@ -97,7 +97,7 @@ def optimize(
     rng = random.Random(seed)
     order: list = []
     step_cost = min(settings.batch_size, len(trainset)) + len(valset)
-    stats = {"steps": 0, "accepted": 0, "reverted": 0, "update_failures": 0, "failed_runs": 0, "no_feedback": 0}
+    stats = {"steps": 0, "accepted": 0, "reverted": 0, "update_failures": 0, "failed_runs": 0, "unchanged_steps": 0}
 
     def used() -> int:  # a run that raised scored nothing, but it was a program run all the same
         return spent() + stats["failed_runs"]
@@ -122,7 +122,7 @@ def optimize(
         tg.sum(losses).backward(engine)
         previous = {name: var.value for name, var in instructions.items()}
         if not _descend(instructions, engine, stats):
-            stats["no_feedback"] += 1
+            stats["unchanged_steps"] += 1
             continue
         score = evaluate(_with_instructions(program, instructions))
         if score < best:  # TextGrad's run_validation_revert
