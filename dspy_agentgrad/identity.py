@@ -2,8 +2,8 @@
 
 These go into the resume fingerprint (``run.json``), so that resuming a run with another metric,
 another task or prompt LM, or another version of the LM-role prompts is refused instead of silently
-replaying results that were paid for under the old ones. LM identities hold the model name and the
-generation settings only: keys, headers and endpoints never reach a file.
+replaying results that were paid for under the old ones. LM identities hold the model name, the
+generation settings and a digest of the endpoint (``api_base``): keys, headers and URLs never reach a file.
 """
 
 from __future__ import annotations
@@ -36,7 +36,9 @@ GENERATION_KEYS = (
 )
 
 #: Fingerprint parts a user may knowingly change on resume (``AgentGrad(resume_despite=...)``).
-OVERRIDABLE = ("metric", "task_lm", "prompt_lm", "prompts")
+OVERRIDABLE = ("metric", "task_lm", "prompt_lm", "prompts", "adapter", "options")
+#: Settings of ``dspy.LM`` naming the server it talks to.
+ENDPOINT_KEYS = ("api_base", "base_url")
 
 
 def _source_digest(obj: Any) -> str | None:
@@ -67,10 +69,27 @@ def metric_identity(metric: Any) -> dict[str, Any]:
 
 
 def lm_identity(lm: Any) -> dict[str, Any]:
-    """The model name, LM class and generation settings of ``lm``; never credentials or endpoints."""
+    """The model name, LM class, generation settings and a digest of the endpoint of ``lm``; never credentials."""
     kwargs = getattr(lm, "kwargs", None) or {}
     settings = {k: kwargs[k] for k in GENERATION_KEYS if kwargs.get(k) is not None}
-    return {"class": type(lm).__qualname__, "model": getattr(lm, "model", None), "settings": settings}
+    endpoint = next((kwargs[k] for k in ENDPOINT_KEYS if kwargs.get(k)), None)
+    return {
+        "class": type(lm).__qualname__,
+        "model": getattr(lm, "model", None),
+        "settings": settings,
+        "endpoint": None if endpoint is None else digest(str(endpoint)),
+    }
+
+
+def adapter_identity(adapter: Any) -> dict[str, Any]:
+    """The class and plain settings of the adapter that formats every prompt (``None``: DSPy's ``ChatAdapter()``)."""
+    adapter = dspy.ChatAdapter() if adapter is None else adapter
+    config = {
+        k: v
+        for k, v in sorted(vars(adapter).items())
+        if not k.startswith("_") and (v is None or isinstance(v, (str, bool, int, float)))
+    }
+    return {"class": type(adapter).__qualname__, "config": config}
 
 
 def prompts_digest() -> str:

@@ -25,9 +25,9 @@ from .engine import RoundEngine
 from .estimate import Estimate, SampleStats, StartEstimate, build_estimate
 from .evaluation import Evaluator
 from .hints import default_hint
-from .identity import check_lm, lm_identity, metric_identity, prompts_digest
+from .identity import adapter_identity, check_lm, lm_identity, metric_identity, prompts_digest
 from .instruction_proposer import InstructionProposer
-from .jsonable import digest, example_key
+from .jsonable import UnstableValue, digest, example_key, stable_jsonable
 from .metric import Metric
 from .observers import ProgressBar, StateSnapshot
 from .pricing import price_function
@@ -84,6 +84,14 @@ def _check_examples(examples: Any, name: str) -> list[dspy.Example]:
                     f"{name}[{i}] field {field_name!r} holds text that is not valid Unicode (a lone surrogate, "
                     f"as in {bad[:60]!r}); clean it, e.g. text.encode('utf-8', 'replace').decode('utf-8')"
                 )
+            try:
+                stable_jsonable(value)
+            except UnstableValue as exc:
+                raise UnstableValue(
+                    f"{name}[{i}] field {field_name!r} holds a {exc} object whose text differs in every process "
+                    "(its repr is a memory address), so the run could not be resumed or cached: store plain data "
+                    "there (str, numbers, lists, dicts, sets), or give the class a __str__ that describes its value"
+                ) from None
     return list(examples)
 
 
@@ -285,11 +293,12 @@ class AgentGrad(Teleprompter):
         budget: Budget,
         log_dir: Path | None,
         callbacks: list[Any] = (),
+        run_id: str | None = None,
     ) -> RoundEngine:
         """Wire the parts: program runner and evaluator, proposer, journal, usage, events."""
         task, prompt = self._lms()
         retry = RetryPolicy(self.config.retry_attempts, self.config.retry_backoff_s)
-        memo, ledger = Memo(log_dir), UsageLedger()
+        memo, ledger = Memo(log_dir, run_id), UsageLedger()
         evaluator = Evaluator(
             ProgramRunner(
                 student,
@@ -482,6 +491,7 @@ class AgentGrad(Teleprompter):
             "metric": metric_identity(self.metric),
             "task_lm": lm_identity(task),
             "prompt_lm": lm_identity(prompt),
+            "adapter": adapter_identity(dspy.settings.adapter),
             "prompts": prompts_digest(),
         }
 
@@ -495,10 +505,11 @@ class AgentGrad(Teleprompter):
         max_rounds: int | None,
     ) -> dspy.Module:
         initial = {n: p.signature.instructions for n, p in student.named_predictors()}
-        resumed = False
+        resumed, run_id = False, None
         if self.log_dir is not None:
             fingerprint = self._fingerprint(student, trainset, valset)
-            resumed = check_fingerprint(self.log_dir, fingerprint, self.config.resume_despite)
+            identity = check_fingerprint(self.log_dir, fingerprint, self.config.resume_despite)
+            resumed, run_id = identity.resumed, identity.run_id
         budget = Budget(max_calls, self.config.max_prompt_tokens, self.config.max_prompt_cost)
         options = {**self.config.fingerprint(), "max_rounds": max_rounds, "num_threads": self.config.num_threads}
 
@@ -526,7 +537,9 @@ class AgentGrad(Teleprompter):
             )
         if self.log_dir is not None:
             observers.append(StateSnapshot(self.log_dir / "state.json", snapshot))
-        engine = self._engine(student, trainset, valset, budget, self.log_dir, observers + self.event_callbacks)
+        engine = self._engine(
+            student, trainset, valset, budget, self.log_dir, observers + self.event_callbacks, run_id
+        )
         memo = engine.evaluator.work.memo
         if resumed:
             logger.info(
