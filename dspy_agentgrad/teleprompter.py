@@ -537,9 +537,7 @@ class AgentGrad(Teleprompter):
             )
         if self.log_dir is not None:
             observers.append(StateSnapshot(self.log_dir / "state.json", snapshot))
-        engine = self._engine(
-            student, trainset, valset, budget, self.log_dir, observers + self.event_callbacks, run_id
-        )
+        engine = self._engine(student, trainset, valset, budget, self.log_dir, observers + self.event_callbacks, run_id)
         memo = engine.evaluator.work.memo
         if resumed:
             logger.info(

@@ -76,4 +76,3 @@ def test_a_metric_error_echoing_a_key_is_redacted_in_the_log_and_journal(tmp_pat
         AgentGrad(metric, max_rounds=1, log_dir=tmp_path, **FAST).compile(Pipeline(), trainset=TRAIN, valset=VAL)
     assert "judge call failed" in caplog.text and API_KEY not in caplog.text
     assert API_KEY not in (tmp_path / "memo.jsonl").read_text()
-
