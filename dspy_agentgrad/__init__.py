@@ -29,7 +29,7 @@ from .results import AgentGradResult, AttributionRecord, AttributionReport, Cand
 from .run_lock import LogDirBusy
 from .store import RunMismatch
 from .teleprompter import AgentGrad
-from .tracing import ProgramBug
+from .tracing import FirstRunsFailed, ProgramBug
 
 __all__ = [
     "AUTO_CANDIDATES",
@@ -43,6 +43,7 @@ __all__ = [
     "CandidateProposed",
     "CandidateRecord",
     "Estimate",
+    "FirstRunsFailed",
     "Hint",
     "LogDirBusy",
     "MetricError",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import io
+import json
 import logging
 import random
 import sys
@@ -31,6 +32,7 @@ from .jsonable import UnstableValue, digest, example_key, stable_jsonable
 from .metric import Metric
 from .observers import ProgressBar, StateSnapshot
 from .pricing import price_function
+from .redaction import Redactor, redacted_logs
 from .proposer import Proposer
 from .report import write_report
 from .results import AgentGradResult, AttributionReport
@@ -285,6 +287,11 @@ class AgentGrad(Teleprompter):
         check_lm(prompt, "the prompt LM (prompt_model or dspy.settings.lm)")
         return task, prompt
 
+    def _redactor(self, student: dspy.Module) -> Redactor:
+        """Hides the credentials of every LM the run may call (and key-shaped text) in what it keeps."""
+        predictor_lms = [getattr(p, "lm", None) for p in student.predictors()]
+        return Redactor.for_lms([*self._lms(), dspy.settings.lm, *predictor_lms])
+
     def _engine(
         self,
         student: dspy.Module,
@@ -308,6 +315,7 @@ class AgentGrad(Teleprompter):
                 self.config.hint_delivery,
                 self.config.max_score,
                 self.config.failure_score,
+                self._redactor(student),
             ),
             memo,
             budget,
@@ -473,7 +481,10 @@ class AgentGrad(Teleprompter):
         if kwargs:
             raise TypeError(f"compile() got unknown options {sorted(kwargs)}; set options on AgentGrad(...)")
         names, trainset, valset, max_calls, max_rounds = self._plan(student, trainset, valset)
-        with LogDirLock(self.log_dir) if self.log_dir is not None else nullcontext():
+        with (
+            LogDirLock(self.log_dir) if self.log_dir is not None else nullcontext(),
+            redacted_logs(self._redactor(student), logger),
+        ):
             return self._optimize(student, names, trainset, valset, max_calls, max_rounds)
 
     def _fingerprint(self, student: dspy.Module, trainset: list, valset: list) -> dict:
@@ -573,6 +584,8 @@ class AgentGrad(Teleprompter):
         if self.log_dir is not None:
             atomic_write_json(self.log_dir / "result.json", outcome.to_dict())
             (self.log_dir / "result.md").write_text(outcome.to_markdown(), encoding="utf-8")
-            program.save(str(self.log_dir / "optimized_program.json"))
+            saved = self.log_dir / "optimized_program.json"
+            program.save(str(saved))  # DSPy drops api_key but keeps header values: redact what it wrote
+            atomic_write_json(saved, self._redactor(student).data(json.loads(saved.read_text(encoding="utf-8"))))
             write_report(self.log_dir, outcome)
         return program

@@ -9,7 +9,7 @@ import dspy
 from world import Pipeline, World, feedback_metric, make_data, world_lm
 
 from dspy_agentgrad import AgentGrad
-from dspy_agentgrad.testing import FakeCall
+from dspy_agentgrad.testing import FakeCall, RuleEngine, fake_lm
 
 FAST = dict(auto=None, retry_backoff_s=0, progress=False)
 HEADER_KEY = "hdr-secret-9f8e7d6c5b4a3210"  # only known as a header value: no pattern finds it
@@ -36,6 +36,17 @@ class Gateway(World):
         return super().__call__(call)
 
 
+class SavableEngine(RuleEngine):
+    """A rule engine that ``program.save()`` can record (by its class path), as a real provider LM can be."""
+
+    def dump_state(self) -> dict:
+        return {}
+
+    @classmethod
+    def load_state(cls, state: dict):
+        raise NotImplementedError("not loaded in these tests")
+
+
 def files_in(folder) -> dict[str, str]:
     return {p.name: p.read_text(encoding="utf-8", errors="replace") for p in folder.rglob("*") if p.is_file()}
 
@@ -44,7 +55,7 @@ def test_header_values_and_echoed_keys_never_reach_files_logs_or_prompts(tmp_pat
     gateway = Gateway()
     dspy.configure(lm=world_lm(gateway))
     program = Pipeline()
-    program.notes.lm = world_lm(gateway)
+    program.notes.lm = fake_lm(SavableEngine(gateway))
     program.notes.lm.kwargs["extra_headers"] = {"X-Api-Key": HEADER_KEY}  # as dspy.LM(..., extra_headers=...) has
     with caplog.at_level(logging.DEBUG, logger="dspy_agentgrad"):
         compiled = AgentGrad(feedback_metric, max_rounds=2, log_dir=tmp_path, **FAST).compile(
