@@ -32,8 +32,8 @@ from .jsonable import UnstableValue, digest, example_key, stable_jsonable
 from .metric import Metric
 from .observers import ProgressBar, StateSnapshot
 from .pricing import price_function
-from .redaction import Redactor, redacted_logs
 from .proposer import Proposer
+from .redaction import Redactor, redacted_logs
 from .report import write_report
 from .results import AgentGradResult, AttributionReport
 from .retries import RetryPolicy

@@ -415,7 +415,9 @@ def check_first_runs(outcomes: list[Outcome]) -> None:
         )
     fix = next((fix for part, fix in SETUP_LM_ERRORS.items() if part in name), None)
     if family == "error" and fix is not None:
-        raise FirstRunsFailed(f"the task LM failed with {name} on {runs} of the program: {detail.strip()}\nTo fix: {fix}")
+        raise FirstRunsFailed(
+            f"the task LM failed with {name} on {runs} of the program: {detail.strip()}\nTo fix: {fix}"
+        )
 
 
 def _raised_in_predictor(error: BaseException, predictor_errors: list[BaseException]) -> bool:
