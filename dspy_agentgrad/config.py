@@ -42,7 +42,7 @@ def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _check_int(name: str, value: object, minimum: int | None, optional: bool = False) -> None:
+def check_int(name: str, value: object, minimum: int | None, optional: bool = False) -> None:
     """An integer option (``None`` allowed when ``optional``), at least ``minimum``."""
     if value is None and optional:
         return
@@ -51,7 +51,7 @@ def _check_int(name: str, value: object, minimum: int | None, optional: bool = F
         raise ValueError(f"{name} must be {bound}{' or None' if optional else ''}; got {value!r}")
 
 
-def _check_number(
+def check_number(
     name: str, value: object, low: float, high: float, low_open: bool = False, optional: bool = False
 ) -> None:
     """A real option in ``[low, high]`` (``(low, high]`` when ``low_open``); never NaN, a bool or a string."""
@@ -109,16 +109,16 @@ class AgentGradConfig:
         if self.auto is None and self.max_metric_calls is None and self.max_rounds is None:
             raise ValueError("no budget: set auto ('light', 'medium', 'heavy'), max_metric_calls, or max_rounds")
         for name in ("max_metric_calls", "max_rounds", "max_prompt_tokens"):
-            _check_int(name, getattr(self, name), 1, optional=True)
+            check_int(name, getattr(self, name), 1, optional=True)
         for name in ("num_threads", "train_batch_size", "retry_attempts", "eval_chunk_size", "max_field_chars"):
-            _check_int(name, getattr(self, name), 1)
-        _check_int("max_instruction_chars", self.max_instruction_chars, 50)
-        _check_int("seed", self.seed, None)
-        _check_number("max_score", self.max_score, 0, math.inf, low_open=True)
-        _check_number("max_prompt_cost", self.max_prompt_cost, 0, math.inf, low_open=True, optional=True)
-        _check_number("fix_threshold", self.fix_threshold, 0, self.max_score, low_open=True, optional=True)
-        _check_number("failure_score", self.failure_score, 0, self.max_score)
-        _check_number("retry_backoff_s", self.retry_backoff_s, 0, math.inf)
+            check_int(name, getattr(self, name), 1)
+        check_int("max_instruction_chars", self.max_instruction_chars, 50)
+        check_int("seed", self.seed, None)
+        check_number("max_score", self.max_score, 0, math.inf, low_open=True)
+        check_number("max_prompt_cost", self.max_prompt_cost, 0, math.inf, low_open=True, optional=True)
+        check_number("fix_threshold", self.fix_threshold, 0, self.max_score, low_open=True, optional=True)
+        check_number("failure_score", self.failure_score, 0, self.max_score)
+        check_number("retry_backoff_s", self.retry_backoff_s, 0, math.inf)
         if not self.cluster_schedule or any(not _is_int(m) or m < 1 for m in self.cluster_schedule):
             raise ValueError(
                 f"cluster_schedule must be a non-empty sequence of positive integers; got {self.cluster_schedule!r}"

@@ -21,7 +21,7 @@ from dspy.teleprompt.teleprompt import Teleprompter
 from .attribution import HintFn
 from .budget import Budget
 from .callbacks import Dispatcher
-from .config import AgentGradConfig, auto_budget, worst_case_calls
+from .config import AgentGradConfig, auto_budget, check_int, worst_case_calls
 from .engine import RoundEngine
 from .estimate import Estimate, SampleStats, StartEstimate, build_estimate
 from .evaluation import Evaluator
@@ -439,6 +439,7 @@ class AgentGrad(Teleprompter):
         calls, tokens and seconds, the failure rate, and how blame splits over the
         predictors, then plays the rounds forward (see :mod:`dspy_agentgrad.estimate`).
         """
+        check_int("sample_size", sample_size, 1)
         names, trainset, valset, max_calls, max_rounds = self._plan(program, trainset, valset)
         sample = random.Random(self.config.seed).sample(trainset, min(sample_size, len(trainset)))
         engine = self._engine(program, sample, sample, Budget(None), None)

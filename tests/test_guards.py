@@ -69,8 +69,15 @@ def test_every_numeric_option_is_range_checked(option, value):
         AgentGrad(feedback_metric, **{**FAST, **budget, option: value})
 
 
+@pytest.mark.parametrize("size", [0, -3, 2.5, True])
+def test_the_estimate_sample_size_is_range_checked(size):
+    with pytest.raises(ValueError, match="sample_size"):
+        AgentGrad(feedback_metric, max_rounds=1, **FAST).estimate(Pipeline(), trainset=TRAIN, sample_size=size)
+
+
 def test_failure_score_may_be_any_score_in_range():
-    AgentGrad(feedback_metric, max_rounds=1, max_score=100, failure_score=50, **FAST)
+    optimizer = AgentGrad(feedback_metric, max_rounds=1, max_score=100, failure_score=50, **FAST)
+    assert optimizer.get_params()["failure_score"] == 50
 
 
 # ---- a lock that a deleted lock file cannot defeat --------------------------------------------------
