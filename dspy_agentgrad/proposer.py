@@ -22,6 +22,7 @@ from .instruction_proposer import InstructionProposer, RewriteRequest, checked_i
 from .jsonable import digest, to_jsonable
 from .paid_work import PaidWork
 from .parallel import current_batch
+from .redaction import Redactor
 from .retries import RetryPolicy, error_kind, is_transient
 from .signatures import (
     AbstractGradients,
@@ -31,6 +32,7 @@ from .signatures import (
     SummarizeGradients,
 )
 from .store import Memo
+from .tracing import FirstRunsFailed, setup_fix
 from .usage import UsageLedger, empty_usage, track
 
 logger = logging.getLogger("dspy_agentgrad")
@@ -85,6 +87,7 @@ class Proposer:
         self.max_field_chars = max_field_chars
         self.failures: Counter[str] = Counter()
         self._lock = threading.Lock()
+        self._answered = False  # a prompt-LM call succeeded in this compile
 
     def _call(self, role: str, signature: type[dspy.Signature], inputs: dict[str, Any]) -> dict | None:
         key = f"role:{signature.__name__}:{digest(inputs)}"
@@ -144,7 +147,14 @@ class Proposer:
             for k in usage:
                 usage[k] += used[k]
             if error is None:
+                self._answered = True
                 return {"outputs": outputs, "usage": usage, "errors": errors}
+            fix = setup_fix(type(error).__name__)
+            if fix is not None and not self._answered:  # never answered: the LM cannot be used as configured
+                raise FirstRunsFailed(
+                    f"the prompt LM failed with {type(error).__name__} on its first call: "
+                    f"{Redactor.for_lms([self.prompt_model])(str(error)).strip()}\nTo fix: {fix}"
+                ) from None
             errors.append(error_kind(error))
             if attempt < self.retry.attempts and is_transient(error):
                 self.retry.wait(attempt, error)

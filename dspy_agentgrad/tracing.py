@@ -82,6 +82,11 @@ SETUP_LM_ERRORS = {
 RETURNED_NONE = "program:ReturnedNone"
 
 
+def setup_fix(error_type: str) -> str | None:
+    """What to check when an LM error of type ``error_type`` means the LM cannot be used as configured."""
+    return next((fix for part, fix in SETUP_LM_ERRORS.items() if part in error_type), None)
+
+
 @dataclass
 class Step:
     """One predictor call: which predictor, its call number in the run, its inputs and outputs.
@@ -413,7 +418,7 @@ def check_first_runs(outcomes: list[Outcome]) -> None:
             "prediction, trace=None) and must return a score; as it is, every run scores failure_score and "
             "nothing can be learned"
         )
-    fix = next((fix for part, fix in SETUP_LM_ERRORS.items() if part in name), None)
+    fix = setup_fix(name)
     if family == "error" and fix is not None:
         raise FirstRunsFailed(
             f"the task LM failed with {name} on {runs} of the program: {detail.strip()}\nTo fix: {fix}"

@@ -273,3 +273,14 @@ def test_a_metric_returning_numpy_bool_is_a_score():
 
     result = compile_once(metric_fn=numpy_metric).detailed_results
     assert result.initial_val_score == 0.5  # the "none" example right, the "extract" one wrong
+
+
+def test_a_prompt_lm_that_rejects_its_first_call_stops_the_run_naming_the_error():
+    dspy.configure(lm=world_lm(World()))
+
+    def rejected(call: FakeCall):
+        raise dspy.lm15.AuthError("Incorrect API key provided")
+
+    with pytest.raises(FirstRunsFailed, match=r"prompt LM failed with LMAuthError.*Incorrect API key") as caught:
+        compile_once(prompt_model=fake_lm(rejected))
+    assert "To fix: check the API key" in str(caught.value)
