@@ -46,7 +46,8 @@ def _convert(value: Any, strict: bool) -> Any:
 
 
 def to_jsonable(value: Any) -> Any:
-    """``value`` as JSON data: sets sorted, unknown objects as their text."""
+    """``value`` as plain JSON types (sets sorted, unknown objects as their text), so results, events and
+    journal lines always serialize."""
     return _convert(value, strict=False)
 
 
@@ -62,4 +63,5 @@ def digest(value: Any, length: int = 16) -> str:
 
 
 def example_key(example: Any) -> str:
+    """A stable key for an example: its fields' digest (the same across processes and resumes)."""
     return digest(example.toDict() if hasattr(example, "toDict") else example)

@@ -33,7 +33,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .identity import OVERRIDABLE
 from .usage import empty_usage
 
 logger = logging.getLogger("dspy_agentgrad")
@@ -45,7 +44,8 @@ PROMPT_KEY_PREFIX = "role:"  # journal keys of prompt-LM calls; every other reco
 
 
 def atomic_write_json(path: Path, data: Any, indent: int | None = 2) -> None:
-    """Write ``path`` whole or not at all; a failed write (a full disk) removes its temporary file."""
+    """Write JSON so a reader (or a crash) never sees half a file; a failed write (a full disk) removes
+    its temporary file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
     try:
@@ -64,6 +64,8 @@ class RunMismatch(ValueError):
     """``log_dir`` holds a run of another program, other data, options, metric, LMs, adapter or prompts."""
 
 
+#: Fingerprint parts a user may knowingly change on resume (``AgentGrad(resume_despite=...)``).
+OVERRIDABLE = ("metric", "task_lm", "prompt_lm", "prompts", "adapter", "options")
 #: Options that only say where a run stops. A resume may change them (extend a run that stopped at its
 #: budget or round limit, or stop it sooner): the journal's results stay valid, since each is keyed by
 #: what determines it, and the replay reaches the same decisions up to the old stopping point.
@@ -164,6 +166,7 @@ class Segment:
     finished: bool = False
 
     def add(self, key: str, value: Any, at: float) -> None:
+        """Count one finished piece of paid work in this compile's segment."""
         usage = value.get("usage") if isinstance(value, dict) else None
         bucket = self.prompt if key.startswith(PROMPT_KEY_PREFIX) else self.task
         if not key.startswith(PROMPT_KEY_PREFIX) and not (isinstance(value, dict) and value.get("scored") is False):
@@ -174,6 +177,7 @@ class Segment:
         self.wall_time_s = max(self.wall_time_s, at)
 
     def to_dict(self) -> dict:
+        """A JSON-ready form, for ``result.json``'s segments."""
         return asdict(self)
 
 
@@ -334,6 +338,7 @@ class Memo:
         return None if stored is None else _decode(stored, self._texts)  # texts are only ever added
 
     def put(self, key: str, value: Any) -> None:
+        """Keep a paid result: in memory, in the segment's accounting, and as a journal line."""
         at = round(time.monotonic() - self._clock, 3)
         if self._fd is None:  # no journal (no log_dir): the segment's accounting only, nothing to encode
             with self._lock:
