@@ -11,6 +11,7 @@ import json
 import logging
 import random
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -464,11 +465,19 @@ class AgentGrad(Teleprompter):
         if self.log_dir is not None:
             atomic_write_json(self.log_dir / "result.json", outcome.to_dict())
             (self.log_dir / "result.md").write_text(outcome.to_markdown(), encoding="utf-8")
-            saved = self.log_dir / "optimized_program.json"
-            program.save(str(saved))  # DSPy drops api_key but keeps header values: redact what it wrote
-            atomic_write_json(saved, self._redactor(student).data(json.loads(saved.read_text(encoding="utf-8"))))
+            _save_redacted(program, self.log_dir / "optimized_program.json", self._redactor(student))
             write_report(self.log_dir, outcome)
         return program
+
+
+def _save_redacted(program: dspy.Module, path: Path, redact: Redactor) -> None:
+    """``program.save(path)`` without credentials: DSPy drops ``api_key`` but keeps header values, so the
+    state is saved in a private temporary folder, redacted, and only then written to ``path``."""
+    with tempfile.TemporaryDirectory() as scratch:
+        raw = Path(scratch) / path.name
+        program.save(str(raw))
+        state = json.loads(raw.read_text(encoding="utf-8"))
+    path.write_text(json.dumps(redact.data(state), indent=2, ensure_ascii=False), encoding="utf-8")
 
 
 def _options_signature() -> inspect.Signature:
