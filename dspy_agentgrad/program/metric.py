@@ -91,23 +91,14 @@ class Metric:
             value, feedback = raw["score"], raw.get("feedback") or ""
         elif not isinstance(raw, (bool, int, float)) and hasattr(raw, "score"):
             value, feedback = raw.score, getattr(raw, "feedback", None) or ""
-        value = _plain_number(value)
+        if type(value).__module__ == "numpy" and getattr(value, "shape", None) == ():
+            value = value.item()  # np.bool_ is not a numbers.Real; every numpy scalar has a Python twin
         if not isinstance(value, numbers.Real) or not math.isfinite(float(value)):
             raise MetricError(
                 "metric must return a number, a bool, or dspy.Prediction(score=<number>, feedback=<str>); "
                 f"it returned {raw!r} ({type(raw).__name__})"
             )
         return MetricResult(float(value), str(feedback))
-
-
-def _plain_number(value: Any) -> Any:
-    """A numpy scalar (``np.True_``, ``np.float32(1)``) or a one-element array as the Python number it holds."""
-    if isinstance(value, (bool, int, float)) or not callable(getattr(value, "item", None)):
-        return value
-    try:
-        return value.item()
-    except (TypeError, ValueError):  # not a single value
-        return value
 
 
 class ScoreOutOfRange(MetricError):
