@@ -191,6 +191,9 @@ def pseudo_labels(reword: bool, seed: int) -> tuple[int, int]:
 
 
 def test_a_hint_that_only_rewords_a_blameless_predictor_gives_it_no_pseudo_label():
+    # Every hint rewords every prompt downstream of it; the labels must be those of the world without
+    # rewording. (Where hint-following itself depends on the wording of the inputs, an upstream rewording
+    # really changes the outcome and no comparison of outcomes can tell it from a fix: not tested here.)
     for seed in range(2):
         plain, reworded = pseudo_labels(False, seed), pseudo_labels(True, seed)
         assert plain[1] == reworded[1] == 0, (seed, plain, reworded)
