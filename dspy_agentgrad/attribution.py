@@ -20,7 +20,7 @@ from .hints import Hint, as_hint, leaks_label
 from .results import AttributionRecord, AttributionReport
 from .tracing import Outcome
 
-logger = logging.getLogger("dspy_agentgrad")
+logger = logging.getLogger("dspy.agentgrad")
 
 #: Share of a round's first hinted runs that must come out unchanged (reused, no metric call) before the
 #: attributor runs the hinted runs the sequential procedure may still need all at once (see ``attribute``).

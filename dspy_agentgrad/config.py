@@ -42,6 +42,7 @@ def worst_case_calls(rounds: int, n_predictors: int, n_train: int, n_val: int, t
 class AgentGradConfig:
     auto: str | None = "light"
     max_metric_calls: int | None = None
+    max_full_evals: int | None = None  # GEPA's budget unit: passes over train + validation
     max_rounds: int | None = None
     max_prompt_tokens: int | None = None
     max_prompt_cost: float | None = None
@@ -76,14 +77,18 @@ class AgentGradConfig:
     def validate(self) -> None:
         if self.auto is not None and self.auto not in AUTO_CANDIDATES:
             raise ValueError(f"auto must be one of {sorted(AUTO_CANDIDATES)} or None; got {self.auto!r}")
-        if self.auto is not None and self.max_metric_calls is not None:
+        for name in ("max_metric_calls", "max_full_evals"):
+            if self.auto is not None and getattr(self, name) is not None:
+                raise ValueError(
+                    f"auto={self.auto!r} and {name}={getattr(self, name)} both set the budget; pass auto=None to use {name}"
+                )
+        if self.max_metric_calls is not None and self.max_full_evals is not None:
+            raise ValueError("max_metric_calls and max_full_evals both set the budget; pass one of them")
+        if self.auto is None and self.max_metric_calls is None and self.max_full_evals is None and self.max_rounds is None:
             raise ValueError(
-                f"auto={self.auto!r} and max_metric_calls={self.max_metric_calls} both set the budget; "
-                "pass auto=None to use max_metric_calls"
+                "no budget: set auto ('light', 'medium', 'heavy'), max_metric_calls, max_full_evals, or max_rounds"
             )
-        if self.auto is None and self.max_metric_calls is None and self.max_rounds is None:
-            raise ValueError("no budget: set auto ('light', 'medium', 'heavy'), max_metric_calls, or max_rounds")
-        for name in ("max_metric_calls", "max_rounds", "max_prompt_tokens"):
+        for name in ("max_metric_calls", "max_full_evals", "max_rounds", "max_prompt_tokens"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
                 raise ValueError(f"{name} must be a positive integer or None; got {value!r}")

@@ -31,6 +31,7 @@ from .callbacks import (
     RoundStart,
     RunEnd,
     RunStart,
+    StopRun,
     ValidationScored,
 )
 from .clustering import GradientGroup, embedding_groups, min_cluster_size, random_minibatches, tfidf_groups
@@ -43,7 +44,7 @@ from .proposer import Proposer, StepRole
 from .results import AttributionRecord, AttributionReport, CandidateRecord, RoundRecord
 from .tracing import Outcome
 
-logger = logging.getLogger("dspy_agentgrad")
+logger = logging.getLogger("dspy.agentgrad")
 
 #: Cases of the cluster (original vs corrected output) and rejected rewrites the rewrite role sees.
 REWRITE_EXAMPLES = 3
@@ -403,8 +404,9 @@ class RoundEngine:
         """Validate the starting program, then run rounds until a stop rule holds; returns the reason.
 
         Stops: ``max_rounds``; no failure left when the batch is the whole training set; a budget
-        cap (the step that would exceed it is not started); as many rounds in a row without a metric
-        call as the cluster schedule is long (nothing new was run or scored: nothing left to learn); Ctrl-C.
+        cap (the step that would exceed it is not started); a callback's :class:`StopRun`; as many rounds
+        in a row without a metric call as the cluster schedule is long (nothing new was run or scored:
+        nothing left to learn); Ctrl-C.
 
         The starting program's validation pass is needed first by the first candidate's check, so
         with several threads it runs beside the first round's attribution and proposals (sharing
@@ -431,6 +433,8 @@ class RoundEngine:
                 self.finish_validation()
             except BudgetExhausted as stop:
                 self.stop_reason = f"budget exhausted ({stop})"
+            except StopRun as stop:
+                self.stop_reason = str(stop)
             except KeyboardInterrupt:
                 self.interrupted, self.stop_reason = True, "interrupted (KeyboardInterrupt)"
             finally:
@@ -478,7 +482,6 @@ class RoundEngine:
         self._set_best(outcomes)
         self.initial_val_score = self.best_val_score
         self.val_history.append((len(self.valset), self.best_val_score))
-        logger.info("initial validation score %.4f on %d examples", self.best_val_score, len(self.valset))
         self.emit(
             "on_validation_scored", ValidationScored(None, self.best_val_score, self.best_val_score, len(self.valset))
         )
@@ -528,18 +531,6 @@ class RoundEngine:
             explained_cumulative=report.explained_cumulative,
         )
         self.rounds.append(record)
-        logger.info(
-            "round %d: %d/%d failures, attributed %s, %d hard, %d gradients -> %d clusters (min size %d), %d waiting",
-            r,
-            failures,
-            len(batch),
-            report.counts(),
-            len(report.hard_cases),
-            len(fresh),
-            len(ready),
-            minimum,
-            len(self.waiting),
-        )
         self.prefetch_rewrites(ready)
         if self.attributor.speculating:
             self.prefetch_judging(ready)
@@ -548,18 +539,6 @@ class RoundEngine:
             self.candidates.append(candidate)
             record.candidates += 1
             record.accepted += candidate.accepted
-            logger.info(
-                "round %d: %s update for %s (cluster of %d): %s; cluster %s -> %s, val %s (best %.4f)",
-                r,
-                "ACCEPTED" if candidate.accepted else "rejected",
-                cluster.predictor,
-                len(cluster.members),
-                candidate.reason,
-                candidate.cluster_score_before,
-                candidate.cluster_score_after,
-                candidate.val_score,
-                self.best_val_score,
-            )
             judged = CandidateJudged(candidate, self.best_val_score, self.evaluator.budget.metric_calls)
             self.emit("on_candidate_accepted" if candidate.accepted else "on_candidate_rejected", judged)
         record.best_val_score = self.best_val_score

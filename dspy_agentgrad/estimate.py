@@ -29,7 +29,7 @@ from .clustering import min_cluster_size
 from .config import AgentGradConfig
 from .usage import empty_usage
 
-logger = logging.getLogger("dspy_agentgrad")
+logger = logging.getLogger("dspy.agentgrad")
 
 CLUSTER_WIN_RATE = 0.5  # share of rewrites that beat the old instruction on their cluster (then validated)
 ROLE_OVERHEAD_TOKENS = 300  # a prompt-LM role's own instructions and field names
@@ -221,3 +221,7 @@ class StartEstimate(AgentGradCallback):
         sample = SampleStats(self.n_val, failure_rate, dict(self.validation_usage()), time.time() - self.started)
         self.estimate = self.estimate_from(sample)
         logger.info("%s", self.estimate.summary())
+
+    def total(self) -> int | None:
+        """The run's projected metric calls; None before the first validation pass."""
+        return None if self.estimate is None else self.estimate.metric_calls

@@ -33,7 +33,7 @@ from .signatures import (
 from .store import Memo
 from .usage import UsageLedger, empty_usage, track
 
-logger = logging.getLogger("dspy_agentgrad")
+logger = logging.getLogger("dspy.agentgrad")
 
 MAX_FIELD_CHARS = 12000
 

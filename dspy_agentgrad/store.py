@@ -33,7 +33,7 @@ from typing import Any
 
 from .usage import empty_usage
 
-logger = logging.getLogger("dspy_agentgrad")
+logger = logging.getLogger("dspy.agentgrad")
 
 JOURNAL = "memo.jsonl"
 TEXT_MIN_CHARS = 80

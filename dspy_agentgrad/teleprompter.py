@@ -29,19 +29,21 @@ from .identity import check_lm, lm_identity, metric_identity, prompts_digest
 from .instruction_proposer import InstructionProposer
 from .jsonable import digest, example_key
 from .metric import Metric
-from .observers import ProgressBar, StateSnapshot
+from .observers import ProgressBar, RunLog, StateSnapshot
 from .pricing import price_function
 from .proposer import Proposer
 from .report import write_report
 from .results import AgentGradResult, AttributionReport
 from .retries import RetryPolicy
 from .run_lock import LogDirLock
+from .stoppers import Stoppers, check_stop_callbacks
 from .store import Memo, atomic_write_json, check_fingerprint
 from .tracing import ProgramRunner
 from .tracking import MlflowTracker, import_mlflow
 from .usage import UsageLedger
+from .wandb_tracking import WandbSettings, WandbTracker, import_wandb
 
-logger = logging.getLogger("dspy_agentgrad")
+logger = logging.getLogger("dspy.agentgrad")
 
 FORMAT_VERSION = 2  # 2: the fingerprint holds the metric, the LMs and the prompts
 _DEFAULTS = AgentGradConfig()
@@ -142,6 +144,15 @@ def _with_instructions(student: dspy.Module, instructions: dict[str, str]) -> ds
     return program
 
 
+def _alias(name: str, value: Any, gepa_name: str, gepa_value: Any) -> Any:
+    """One option given under its name or under dspy.GEPA's name for it; both is an error."""
+    if gepa_value is None:
+        return value
+    if value is not None:
+        raise ValueError(f"{name}= and {gepa_name}= are one option ({gepa_name} is dspy.GEPA's name for it); pass one")
+    return gepa_value
+
+
 def _signature_text(predictor: dspy.Predict) -> str:
     sig = predictor.signature
     return f"inputs: {', '.join(sig.input_fields)}; outputs: {', '.join(sig.output_fields)}"
@@ -166,13 +177,14 @@ class AgentGrad(Teleprompter):
         task_model: Any = None,
         auto: str | None = _DEFAULTS.auto,
         max_metric_calls: int | None = _DEFAULTS.max_metric_calls,
+        max_full_evals: int | None = _DEFAULTS.max_full_evals,
         max_rounds: int | None = _DEFAULTS.max_rounds,
         hint_fn: HintFn | None = None,
         num_threads: int | None = None,
         seed: int = _DEFAULTS.seed,
         log_dir: str | Path | None = None,
         track_stats: bool = _DEFAULTS.track_stats,
-        max_score: float = _DEFAULTS.max_score,
+        max_score: float | None = None,
         fix_threshold: float | None = _DEFAULTS.fix_threshold,
         max_prompt_tokens: int | None = _DEFAULTS.max_prompt_tokens,
         max_prompt_cost: float | None = _DEFAULTS.max_prompt_cost,
@@ -197,13 +209,23 @@ class AgentGrad(Teleprompter):
         reuse_calls: bool = _DEFAULTS.reuse_calls,
         speculate: bool = _DEFAULTS.speculate,
         callbacks: list[Any] | None = None,
+        stop_callbacks: Any = None,
         progress: bool = True,
+        verbose: bool = False,
         optimize_predictors: list[str] | None = _DEFAULTS.optimize_predictors,
         instruction_proposer: InstructionProposer | None = None,
         embedder: Any = None,
         use_mlflow: bool = _DEFAULTS.use_mlflow,
+        use_wandb: bool = False,
+        wandb_api_key: str | None = None,
+        wandb_init_kwargs: dict[str, Any] | None = None,
+        reflection_lm: Any = None,
+        perfect_score: float | None = None,
     ):
         super().__init__()
+        prompt_model = _alias("prompt_model", prompt_model, "reflection_lm", reflection_lm)
+        max_score = _alias("max_score", max_score, "perfect_score", perfect_score)
+        max_score = _DEFAULTS.max_score if max_score is None else max_score
         self.metric = metric
         self._metric = Metric(metric)
         if hint_fn is not None and not callable(hint_fn):
@@ -223,10 +245,14 @@ class AgentGrad(Teleprompter):
         # not ``self.callbacks``: DSPy would call those as its own callbacks around compile()
         self.event_callbacks = list(callbacks or [])
         Dispatcher(self.event_callbacks)  # checks them now, not mid-run
+        self.stop_callbacks = check_stop_callbacks(stop_callbacks)
         self.progress = progress
+        self.verbose = verbose
+        self.wandb = WandbSettings(use_wandb, wandb_api_key, dict(wandb_init_kwargs or {}))
         self.config = AgentGradConfig(
             auto=auto,
             max_metric_calls=max_metric_calls,
+            max_full_evals=max_full_evals,
             max_rounds=max_rounds,
             max_prompt_tokens=max_prompt_tokens,
             max_prompt_cost=max_prompt_cost,
@@ -261,6 +287,8 @@ class AgentGrad(Teleprompter):
         self.config.validate()
         if use_mlflow:
             import_mlflow()  # fail now, with the install hint, not after paid work
+        if use_wandb:
+            import_wandb()
 
     def get_params(self) -> dict[str, Any]:
         params = {k: v for k, v in self.__dict__.items() if not k.startswith("_") and k != "config"}
@@ -356,10 +384,20 @@ class AgentGrad(Teleprompter):
             random.Random(self.config.seed).shuffle(shuffled)
             cut = max(1, len(shuffled) // 3)
             valset, trainset = shuffled[:cut], shuffled[cut:]
+            logger.info(
+                "no valset given: holding out %d of the %d training examples for validation (a third, shuffled "
+                "with seed=%d); AgentGrad learns from the other %d. Pass valset= to choose them.",
+                len(valset),
+                len(shuffled),
+                self.config.seed,
+                len(trainset),
+            )
         valset = _check_examples(valset, "valset")
         max_calls, max_rounds = self.config.max_metric_calls, self.config.max_rounds
         if self.config.auto is not None:
             max_calls = auto_budget(self.config.auto, len(names), len(valset))
+        if self.config.max_full_evals is not None:  # as dspy.GEPA counts a full evaluation: train + validation
+            max_calls = self.config.max_full_evals * (len(trainset) + len(valset))
         return names, trainset, valset, max_calls, max_rounds
 
     def _estimator(
@@ -519,11 +557,19 @@ class AgentGrad(Teleprompter):
             lambda: engine.evaluator.ledger.by_phase["validate"],
             self.config.max_score,
         )
-        observers: list[Any] = [ProgressBar(budget, self.progress), start_estimate]
+        progress = ProgressBar(budget, self.progress, start_estimate.total)
+        observers: list[Any] = [
+            start_estimate,
+            progress,
+            RunLog(self.verbose),
+            Stoppers(self.stop_callbacks),
+        ]
         if self.config.use_mlflow:
             observers.append(
                 MlflowTracker(options, snapshot, lambda r: _with_instructions(student, r.final_instructions))
             )
+        if self.wandb.enabled:
+            observers.append(WandbTracker(self.wandb, options, snapshot))
         if self.log_dir is not None:
             observers.append(StateSnapshot(self.log_dir / "state.json", snapshot))
         engine = self._engine(student, trainset, valset, budget, self.log_dir, observers + self.event_callbacks)
@@ -539,6 +585,7 @@ class AgentGrad(Teleprompter):
             engine.run(max_rounds, resumed)
         finally:
             memo.close()
+            progress.close()
         if engine.interrupted:
             logger.warning(
                 "AgentGrad interrupted: returning the best program so far%s",
@@ -546,12 +593,6 @@ class AgentGrad(Teleprompter):
                 if self.log_dir
                 else "",
             )
-        logger.info(
-            "AgentGrad stopped: %s; validation %.4f -> %.4f",
-            engine.stop_reason,
-            engine.initial_val_score or 0.0,
-            engine.best_val_score or 0.0,
-        )
         outcome = snapshot()
         unchanged = outcome.why_unchanged()
         if unchanged:

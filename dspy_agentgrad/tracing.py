@@ -48,7 +48,7 @@ from .metric import Metric, MetricError, check_score_range
 from .retries import RetryPolicy, error_kind, is_transient
 from .usage import empty_usage, track
 
-logger = logging.getLogger("dspy_agentgrad")
+logger = logging.getLogger("dspy.agentgrad")
 
 HINT_HEADER = "Hint for this example only (use it to produce a correct output):"
 HINT_FIELD = "example_hint"  # not dspy.Refine's "hint_": Refine overwrites that one with its own advice

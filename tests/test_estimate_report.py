@@ -111,7 +111,7 @@ def test_usd_and_wall_time_follow_the_measured_sample():
 def test_compile_logs_the_estimate_at_its_start(world, caplog):
     train = make_data({"extract": 3, "notes": 3, "none": 3})
     val = make_data({"extract": 2, "none": 2}, start=100)
-    with caplog.at_level(logging.INFO, logger="dspy_agentgrad"):
+    with caplog.at_level(logging.INFO, logger="dspy.agentgrad"):
         AgentGrad(feedback_metric, auto=None, max_rounds=1, **FAST).compile(Pipeline(), trainset=train, valset=val)
     lines = [r.getMessage() for r in caplog.records]
     first_round = next(i for i, line in enumerate(lines) if line.startswith("round 0"))
