@@ -27,6 +27,7 @@ from .metric import MetricError
 from .report import write_report
 from .results import AgentGradResult, AttributionRecord, AttributionReport, CandidateRecord, RoundRecord
 from .run_lock import LogDirBusy
+from .stoppers import RunStatus, ScoreThresholdStopper, TimeoutStopCondition
 from .store import RunMismatch
 from .teleprompter import AgentGrad
 from .tracing import ProgramBug
@@ -54,6 +55,9 @@ __all__ = [
     "RunEnd",
     "RunMismatch",
     "RunStart",
+    "RunStatus",
+    "ScoreThresholdStopper",
+    "TimeoutStopCondition",
     "ValidationScored",
     "auto_budget",
     "default_hint",

@@ -78,13 +78,14 @@ class AgentGradConfig:
         if self.auto is not None and self.auto not in AUTO_CANDIDATES:
             raise ValueError(f"auto must be one of {sorted(AUTO_CANDIDATES)} or None; got {self.auto!r}")
         for name in ("max_metric_calls", "max_full_evals"):
-            if self.auto is not None and getattr(self, name) is not None:
+            value = getattr(self, name)
+            if self.auto is not None and value is not None:
                 raise ValueError(
-                    f"auto={self.auto!r} and {name}={getattr(self, name)} both set the budget; pass auto=None to use {name}"
+                    f"auto={self.auto!r} and {name}={value} both set the budget; pass auto=None to use {name}"
                 )
         if self.max_metric_calls is not None and self.max_full_evals is not None:
             raise ValueError("max_metric_calls and max_full_evals both set the budget; pass one of them")
-        if self.auto is None and self.max_metric_calls is None and self.max_full_evals is None and self.max_rounds is None:
+        if all(v is None for v in (self.auto, self.max_metric_calls, self.max_full_evals, self.max_rounds)):
             raise ValueError(
                 "no budget: set auto ('light', 'medium', 'heavy'), max_metric_calls, max_full_evals, or max_rounds"
             )
