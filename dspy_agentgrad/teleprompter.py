@@ -22,7 +22,7 @@ from .budget import Budget
 from .callbacks import Dispatcher
 from .config import AgentGradConfig, auto_budget, worst_case_calls
 from .engine import RoundEngine
-from .estimate import Estimate, SampleStats, StartEstimate, build_estimate
+from .estimate import SAMPLE_SIZE, Estimate, RunSoFar, SampleStats, StartEstimate, build_estimate
 from .evaluation import Evaluator
 from .hints import default_hint
 from .identity import check_lm, lm_identity, metric_identity, prompts_digest
@@ -428,7 +428,7 @@ class AgentGrad(Teleprompter):
             worst = worst_case_calls(max_rounds, len(names), n_train, n_val, self.config.train_batch_size)
             worst = worst if max_calls is None else min(worst, max_calls)
 
-        def estimate_from(sample: SampleStats) -> Estimate:
+        def estimate_from(sample: SampleStats, so_far: RunSoFar | None = None) -> Estimate:
             return build_estimate(
                 self.config,
                 sample,
@@ -440,6 +440,7 @@ class AgentGrad(Teleprompter):
                 max_rounds=max_rounds,
                 worst_case=worst,
                 prices=prices,
+                so_far=so_far,
             )
 
         return estimate_from
@@ -451,7 +452,7 @@ class AgentGrad(Teleprompter):
         *,
         trainset: list[dspy.Example],
         valset: list[dspy.Example] | None = None,
-        sample_size: int = 8,
+        sample_size: int = SAMPLE_SIZE,
     ) -> Estimate:
         """Projected cost of ``compile(program, trainset=..., valset=...)`` before paying for it.
 
@@ -469,7 +470,7 @@ class AgentGrad(Teleprompter):
         failures = sum(o.score < self.config.max_score for o in outcomes)
         ledger = engine.evaluator.ledger.to_dict()
         runs, reused = engine.evaluator.budget.metric_calls, engine.evaluator.reused
-        hinted = runs + reused - len(sample)
+        unfixed = runs + reused - len(sample) - sum(report.counts().values())  # hinted runs that fixed nothing
         stats = SampleStats(
             runs=runs,
             failure_rate=failures / len(sample),
@@ -477,7 +478,7 @@ class AgentGrad(Teleprompter):
             seconds=seconds,
             hints_per_failure=(runs - len(sample)) / failures if failures else None,
             blame={name: n / failures for name, n in report.counts().items()} if failures else None,
-            reuse_rate=reused / hinted if hinted > 0 else 0.0,
+            reuse_rate=min(1.0, reused / unfixed) if unfixed > 0 else 0.0,
         )
         return self._estimator(names, len(trainset), len(valset), max_calls, max_rounds)(stats)
 

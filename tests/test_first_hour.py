@@ -134,6 +134,8 @@ def test_the_bar_follows_the_projection_and_closes_at_100_percent_with_the_stop_
     assert drawn[-1] == (result.metric_calls, result.metric_calls, f"AgentGrad stopped: {result.stop_reason}")
     assert re.search(rf"AgentGrad stopped: {re.escape(result.stop_reason)}: 100%", err)
     assert all(n <= total for n, total, _ in drawn)
+    if "max_metric_calls" not in options:  # projected again from each round's measures, between start and end
+        assert len({total for _, total, _ in drawn[1:-1]} - {estimate, result.metric_calls}) >= 1
 
 
 # ---- GEPA's names -------------------------------------------------------------------------------------------
