@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .callbacks import AgentGradCallback, CandidateJudged, RoundEnd, RoundStart, RunStart, StopRun, ValidationScored
+from .events import AgentGradCallback, CandidateJudged, RoundEnd, RoundStart, RunStart, StopRun, ValidationScored
 
 
 @dataclass(frozen=True)

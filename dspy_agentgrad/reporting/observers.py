@@ -9,8 +9,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from .budget import Budget
-from .callbacks import (
+from ..core.events import (
     AgentGradCallback,
     AttributionDone,
     CandidateJudged,
@@ -21,8 +20,9 @@ from .callbacks import (
     RunStart,
     ValidationScored,
 )
+from ..runtime.budget import Budget
+from ..runtime.store import atomic_write_json
 from .results import AgentGradResult
-from .store import atomic_write_json
 
 #: Under DSPy's ``dspy`` logger, so a compile prints what DSPy's own optimizers print, where they print it.
 logger = logging.getLogger("dspy.agentgrad")
