@@ -15,7 +15,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from .estimate import SAMPLE_SIZE
+from .reporting.estimate import SAMPLE_SIZE
 
 ESTIMATE_HELP = """\
 MODULE:FUNC names a function that takes no arguments and returns a mapping with keys
