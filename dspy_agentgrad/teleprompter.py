@@ -449,7 +449,7 @@ class AgentGrad(Teleprompter):
         observers: list[Any] = [
             start_estimate,
             progress,
-            RunLog(self.verbose),
+            RunLog(self.verbose, start_estimate.total),
             Stoppers(self.stop_callbacks),
         ]
         if self.config.use_mlflow:

@@ -39,8 +39,9 @@ class RunLog(AgentGradCallback):
     ``dspy.MIPROv2(verbose=True)`` shows its candidate programs.
     """
 
-    def __init__(self, verbose: bool = False):
+    def __init__(self, verbose: bool = False, projected: Callable[[], int | None] = lambda: None):
         self.verbose = verbose
+        self.projected = projected  # the run's projected metric calls, told at each round end
         self.batch_size = 0
 
     def on_run_start(self, event: RunStart) -> None:
@@ -111,7 +112,7 @@ class RunLog(AgentGradCallback):
         r = event.record
         logger.info(
             "round %d done: %d gradient(s) -> %d cluster(s) (min size %d), %d waiting; %d/%d rewrite(s) kept; "
-            "best validation %s; %d metric calls",
+            "best validation %s; %d metric calls%s",
             r.round,
             r.gradients,
             r.clusters,
@@ -121,6 +122,7 @@ class RunLog(AgentGradCallback):
             r.candidates,
             "-" if r.best_val_score is None else f"{r.best_val_score:.4f}",
             r.metric_calls,
+            "" if self.projected() is None else f" of ~{self.projected()} projected",
         )
 
     def on_run_end(self, event: RunEnd) -> None:
