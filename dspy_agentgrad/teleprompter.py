@@ -70,6 +70,19 @@ def _alias(name: str, value: Any, gepa_name: str, gepa_value: Any) -> Any:
     return gepa_value
 
 
+def _takes_one_argument(fn: Any) -> bool:
+    """Whether ``fn`` can be called with one positional argument (True when its signature cannot be read)."""
+    if not callable(fn):
+        return False
+    try:
+        inspect.signature(fn).bind(None)
+    except TypeError:
+        return False
+    except ValueError:  # no signature to read (some builtins)
+        return True
+    return True
+
+
 def _signature_text(predictor: dspy.Predict) -> str:
     sig = predictor.signature
     return f"inputs: {', '.join(sig.input_fields)}; outputs: {', '.join(sig.output_fields)}"
@@ -135,8 +148,12 @@ class AgentGrad(Teleprompter):
         self.hint_fn = hint_fn
         check_lm(prompt_model, "prompt_model")
         check_lm(task_model, "task_model")
-        if instruction_proposer is not None and not callable(instruction_proposer):
-            raise TypeError("instruction_proposer must be callable as instruction_proposer(request) -> str | None")
+        if instruction_proposer is not None and not _takes_one_argument(instruction_proposer):
+            raise TypeError(
+                "instruction_proposer must be callable as instruction_proposer(request) -> str | None, with a "
+                "dspy_agentgrad.RewriteRequest (dspy.GEPA's instruction_proposer, a function of the candidate, "
+                "the reflective dataset and the components to update, is another protocol)"
+            )
         self.instruction_proposer = instruction_proposer
         self.embedder = embedder_function(embedder, self.config.clustering)
         self.prompt_model = prompt_model

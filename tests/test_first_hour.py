@@ -180,6 +180,15 @@ def test_max_full_evals_counts_passes_over_train_and_validation_as_gepa_does(wor
     assert result.detailed_results.metric_calls <= 2 * (len(train) + len(val))
 
 
+def test_gepas_instruction_proposer_protocol_is_refused_at_once():
+    def gepa_proposal(candidate, reflective_dataset, components_to_update):
+        return {}
+
+    with pytest.raises(TypeError, match="dspy.GEPA's instruction_proposer, .*, is another protocol"):
+        AgentGrad(feedback_metric, instruction_proposer=gepa_proposal)
+    AgentGrad(feedback_metric, instruction_proposer=lambda request: None)  # AgentGrad's protocol: accepted
+
+
 # ---- stop callbacks ---------------------------------------------------------------------------------------
 
 
