@@ -85,8 +85,8 @@ class Stoppers(AgentGradCallback):
             if callback(status):
                 best = "-" if self.best is None else f"{self.best:.4f}"
                 raise StopRun(
-                    f"stop callback {callback!r} said stop (round {self.rounds}, {self.metric_calls} metric calls, "
-                    f"best validation {best}, {status.elapsed_s:.0f} s)"
+                    f"stop callback {callback!r} said stop ({self.rounds} round(s) done, {self.metric_calls} metric "
+                    f"calls, best validation {best}, {status.elapsed_s:.0f} s)"
                 )
 
     def on_run_start(self, event: RunStart) -> None:
