@@ -66,6 +66,9 @@ class RunLog(AgentGradCallback):
 
     def on_attribution(self, event: AttributionDone) -> None:
         report = event.report
+        if event.failures == 0:
+            logger.info("round %d: 0/%d failed", event.round, self.batch_size)
+            return
         logger.info(
             "round %d: %d/%d failed; blamed: %s; %d hard case(s)%s",
             event.round,
