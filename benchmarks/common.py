@@ -205,6 +205,10 @@ class DataUnavailable(RuntimeError):
     """Data a benchmark needs cannot be had: it must be downloaded and there is no network (or no cache)."""
 
 
+class MissingExtra(RuntimeError):
+    """An optional package a benchmark or optimizer needs is not installed (the message names the extra)."""
+
+
 class CorpusUnavailable(DataUnavailable):
     """The retrieval corpus a benchmark needs cannot be had (offline and not cached)."""
 

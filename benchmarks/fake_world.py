@@ -2,11 +2,12 @@
 
 Task predictors misbehave on part of the data unless their instruction carries a fix token
 ``FIX-<output field>`` (or AgentGrad's per-example hint): the answerer answers the gold answer,
-the query writers name the gold titles, the IFBench rewriter repeats the query's own words. The
-prompt-LM roles of all three optimizers (AgentGrad's gradient / cluster / rewrite signatures,
-GEPA's reflection -- dspy's JSON-adapter proposer or gepa's raw prompt --, MIPROv2's grounded
-proposer) reply with the current instruction plus the fix token of the predictor they are asked
-about, so every optimizer can find the improvement.
+the query writers name the gold titles, the IFBench rewriter repeats the query's own words, MATH's
+solver drafts the reference answer and its verifier keeps the draft unless fixed. The prompt-LM roles
+of all four optimizers (AgentGrad's gradient / cluster / rewrite signatures, GEPA's reflection --
+dspy's JSON-adapter proposer or gepa's raw prompt --, MIPROv2's grounded proposer, TextGrad's
+feedback and TGD update prompts) reply with the current instruction plus the fix token of the
+predictor they are asked about, so every optimizer can find the improvement.
 """
 
 from __future__ import annotations
@@ -20,10 +21,12 @@ from collections.abc import Iterable
 
 from dspy_agentgrad.testing import FakeCall
 
-TASK_FIELDS = ("answer", "query", "summary", "response", "final_response", "llm_request")
+TASK_FIELDS = ("answer", "draft_answer", "query", "summary", "response", "final_response", "llm_request")
 JUDGE_FIELDS = ("judgment", "num_pii_leaked")
 #: PUPA's two trusted steps (their output fields).
 PUPA_FIELDS = ("llm_request", "response")
+#: The input field that names an example, per benchmark.
+INPUT_KEYS = ("question", "claim", "query", "user_query", "problem")
 #: A response the fake judge finds worse than any real one.
 POOR_RESPONSE = "ok"
 _PRODUCES = re.compile(r"produce the fields? `(\w+)`")
@@ -59,6 +62,8 @@ _KEYWORDS = (
     ("respond to the query", "response"),
     ("answer the user's query", "response"),
     ("private", "llm_request"),
+    ("check a draft", "answer"),
+    ("solve the math", "draft_answer"),
 )
 
 
@@ -86,7 +91,7 @@ class BenchWorld:
     def __init__(self, examples: Iterable, easy_every: int = 3):
         self.gold: dict[str, object] = {}
         for ex in examples:
-            for key in ("question", "claim", "query", "user_query"):
+            for key in INPUT_KEYS:
                 if ex.get(key):
                     self.gold[str(ex.get(key)).strip()] = ex
         self.easy_every = easy_every
@@ -106,13 +111,7 @@ class BenchWorld:
         return _stable(key) % self.easy_every == 0
 
     def _task(self, call: FakeCall) -> dict:
-        key = (
-            call.inputs.get("question")
-            or call.inputs.get("claim")
-            or call.inputs.get("query")
-            or call.inputs.get("user_query")
-            or ""
-        ).strip()
+        key = next((call.inputs[k] for k in INPUT_KEYS if call.inputs.get(k)), "").strip()
         ex = self.gold.get(key)
         out = {"reasoning": "Step by step."}
         for field in call.output_fields:
@@ -125,7 +124,9 @@ class BenchWorld:
             elif field == "query":
                 titles = list(ex.get("gold_titles") or ex.get("titles") or []) if ex is not None else []
                 out[field] = " ".join(titles) if good and titles else key
-            elif field == "answer":
+            elif field == "answer" and "draft_answer" in call.inputs:  # MATH's verifier keeps an unchecked draft
+                out[field] = str(ex.get("answer")) if good else call.inputs["draft_answer"]
+            elif field in ("answer", "draft_answer"):
                 out[field] = str(ex.get("answer")) if good else "unknown"
             elif field == "response" and "related_llm_response" in call.inputs:  # PUPA's final response
                 out[field] = "In short: " + str(ex.get("target_response"))[:200] if good else POOR_RESPONSE
@@ -196,7 +197,23 @@ class BenchWorld:
         out["proposed_instruction"] = self._with_fix(call.inputs.get("basic_instruction", ""))
         return out
 
+    def _textgrad(self, call: FakeCall) -> str:
+        """TextGrad's backward engine (feedback) and TGD update (the variable plus the fix token)."""
+        role = re.search(r"<ROLE>(.*?)</ROLE>", call.user, flags=re.S)
+        written = re.search(r"writes ([\w, ]+)", role.group(1) if role else "")
+        token = fix_token(written.group(1).split(",")[-1].strip()) if written else ""
+        if "<IMPROVED_VARIABLE>" not in call.system:
+            self._count("textgrad_gradient")
+            return f"Add the rule {token} to the instruction." if token else "No change needed."
+        self._count("textgrad_update")
+        current = re.search(r"<VARIABLE>(.*?)</VARIABLE>", call.user, flags=re.S)
+        value = current.group(1).strip() if current else ""
+        fixed = value if not token or token in value else f"{value} {token}"
+        return f"<IMPROVED_VARIABLE>{fixed}</IMPROVED_VARIABLE>"
+
     def __call__(self, call: FakeCall):
+        if "optimization system" in call.system and not call.output_fields:
+            return self._textgrad(call)
         if "I provided an assistant with the following instructions" in call.user:
             return self._gepa(call)
         if "examples_with_feedback" in call.inputs and "new_instruction" in call.output_fields:

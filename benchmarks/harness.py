@@ -10,6 +10,7 @@ Budgets: one metric call = one program run + metric on one example (GEPA's unit)
 GEPA take ``max_metric_calls`` directly; MIPROv2 has no such option, so :func:`mipro_plan` chooses its
 number of candidates, trials and minibatch size so that its expected calls (bootstrapping, the
 default program's full evaluation, minibatch trials and periodic full evaluations) fit the budget.
+TextGrad (:mod:`benchmarks.tgd`) takes steps while a minibatch and a validation pass still fit the budget.
 Every optimizer's real count is reported (``metric_calls``), whatever it was told.
 """
 
@@ -32,7 +33,13 @@ from benchmarks.segments import SegmentLog
 
 logger = logging.getLogger(__name__)
 
-OPTIMIZERS = ("baseline", "agentgrad", "gepa", "miprov2")
+#: AgentGrad with some of its three components switched off: the rows of the paper's ablation table.
+ABLATION = {
+    "agentgrad-plain": {"target_identification": False, "agent_supervision": False, "semantic_abstraction": False},
+    "agentgrad+target": {"target_identification": True, "agent_supervision": False, "semantic_abstraction": False},
+    "agentgrad+supervision": {"target_identification": True, "agent_supervision": True, "semantic_abstraction": False},
+}
+OPTIMIZERS = ("baseline", "agentgrad", "gepa", "miprov2", "textgrad", *ABLATION)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -275,6 +282,7 @@ def _run_agentgrad(program, trainset, valset, metric, ctx):
     from dspy_agentgrad import AgentGrad
 
     budget = ctx["max_metric_calls"]
+    switches = {**ctx["options"].get("agentgrad", {}), **ABLATION.get(ctx["name"], {})}
     opt = AgentGrad(
         metric,
         prompt_model=ctx["prompt_lm"],
@@ -286,7 +294,7 @@ def _run_agentgrad(program, trainset, valset, metric, ctx):
         seed=ctx["seed"],
         log_dir=ctx["log_dir"],
         track_stats=True,
-        **ctx["options"].get("agentgrad", {}),
+        **switches,
     )
     with dspy.context(lm=ctx["task_lm"]):
         compiled = opt.compile(program, trainset=trainset, valset=valset)
@@ -400,7 +408,39 @@ def _run_miprov2(program, trainset, valset, metric, ctx):
     return compiled, val, curve, details
 
 
-_RUNNERS = {"baseline": _run_baseline, "agentgrad": _run_agentgrad, "gepa": _run_gepa, "miprov2": _run_miprov2}
+def _run_textgrad(program, trainset, valset, metric, ctx):
+    from benchmarks.tgd import TextGradSettings, optimize
+
+    def evaluate(candidate):
+        score, _calls, _ = evaluate_program(
+            candidate, valset, metric, task_lm=ctx["task_lm"], num_threads=ctx["num_threads"]
+        )
+        return score
+
+    outcome = optimize(
+        program,
+        trainset,
+        valset,
+        metric,
+        evaluate=evaluate,
+        task_lm=ctx["task_lm"],
+        prompt_lm=ctx["prompt_lm"],
+        budget=ctx["max_metric_calls"],
+        spent=lambda: ctx["counter"].calls,
+        seed=ctx["seed"],
+        settings=TextGradSettings(**ctx["options"].get("textgrad", {})),
+    )
+    return outcome.program, outcome.val_score, outcome.curve, outcome.details
+
+
+_RUNNERS = {
+    "baseline": _run_baseline,
+    "agentgrad": _run_agentgrad,
+    "gepa": _run_gepa,
+    "miprov2": _run_miprov2,
+    "textgrad": _run_textgrad,
+    **dict.fromkeys(ABLATION, _run_agentgrad),
+}
 
 
 def run_optimizer(
@@ -421,7 +461,8 @@ def run_optimizer(
     options: dict[str, dict] | None = None,
     extra_lms: dict[str, dspy.BaseLM] | None = None,
 ) -> OptimizerRun:
-    """Run optimizer ``name`` ("baseline", "agentgrad", "gepa", "miprov2") on ``program``.
+    """Run optimizer ``name`` (one of :data:`OPTIMIZERS`) on ``program``; the ``agentgrad-*`` names are
+    AgentGrad with the :data:`ABLATION` switches.
 
     ``metric`` is GEPA's feedback metric ``(gold, pred, trace, pred_name, pred_trace)``; MIPROv2 and
     the baseline get its score only. ``cache_dir``: a DSPy disk cache used only by this run (``None``
@@ -431,6 +472,8 @@ def run_optimizer(
     """
     if name not in _RUNNERS:
         raise ValueError(f"unknown optimizer {name!r}; choose from {', '.join(OPTIMIZERS)}")
+    if name == "textgrad":
+        import benchmarks.tgd  # noqa: F401 -- its import (litellm's, seconds) is not the optimizer's time
     if prompt_lm is task_lm:
         prompt_lm = task_lm.copy()  # two instances, so calls can be told apart by role
     meter = UsageMeter()
@@ -453,6 +496,7 @@ def run_optimizer(
         "log_dir": None if log_dir is None else str(log_dir),
         "options": options or {},
         "counter": counter,
+        "name": name,
     }
     logger.info("running %s (budget %s metric calls)", name, max_metric_calls)
     start = time.perf_counter()

@@ -30,7 +30,7 @@ class Benchmark:
     bind_lms: Callable[[dict[str, Any]], None] | None = None
 
 
-BENCHMARKS = ("hotpotqa", "hover", "ifbench", "pupa", "synthetic")
+BENCHMARKS = ("hotpotqa", "hover", "ifbench", "pupa", "math", "synthetic")
 
 
 def load_benchmark(name: str, **kwargs) -> Benchmark:

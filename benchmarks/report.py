@@ -13,9 +13,35 @@ from typing import Any
 from benchmarks.presets import gepa_variant
 from benchmarks.speed import speed_table
 
-PRETTY = {"hotpotqa": "HotpotQA", "hover": "HoVer", "ifbench": "IFBench", "pupa": "PUPA", "synthetic": "Synthetic"}
-OPT_PRETTY = {"baseline": "Baseline", "agentgrad": "AgentGrad", "gepa": "GEPA", "miprov2": "MIPROv2"}
-OPT_ORDER = ("baseline", "miprov2", "gepa", "agentgrad")
+PRETTY = {
+    "hotpotqa": "HotpotQA",
+    "hover": "HoVer",
+    "ifbench": "IFBench",
+    "pupa": "PUPA",
+    "math": "MATH",
+    "synthetic": "Synthetic",
+}
+OPT_PRETTY = {
+    "baseline": "Baseline",
+    "agentgrad": "AgentGrad",
+    "gepa": "GEPA",
+    "miprov2": "MIPROv2",
+    "textgrad": "TextGrad",
+    "agentgrad-plain": "AgentGrad (plain textual gradients)",
+    "agentgrad+target": "AgentGrad (+ target identification)",
+    "agentgrad+supervision": "AgentGrad (+ agent-level supervision)",
+}
+#: The paper's row order.
+OPT_ORDER = (
+    "baseline",
+    "miprov2",
+    "textgrad",
+    "gepa",
+    "agentgrad-plain",
+    "agentgrad+target",
+    "agentgrad+supervision",
+    "agentgrad",
+)
 
 
 def write_json(path: Path, data: Any) -> None:
@@ -29,7 +55,7 @@ def write_json(path: Path, data: Any) -> None:
     os.replace(tmp, path)
 
 
-def _order(names: Iterable[str]) -> list[str]:
+def order_optimizers(names: Iterable[str]) -> list[str]:
     names = list(dict.fromkeys(names))
     known = [n for n in OPT_ORDER if n in names]
     return known + sorted(n for n in names if n not in OPT_ORDER)
@@ -63,7 +89,7 @@ def merge_results(files: Iterable[dict]) -> dict[str, dict[str, dict[str, dict]]
 def score_table(group: dict[str, dict[str, dict]]) -> str:
     """Rows: optimizers; columns: benchmarks (test score, gain over baseline), average gain."""
     benches = [b for b in PRETTY if b in group] + sorted(b for b in group if b not in PRETTY)
-    names = _order(n for b in benches for n in group[b])
+    names = order_optimizers(n for b in benches for n in group[b])
     head = "| Optimizer | " + " | ".join(PRETTY.get(b, b) for b in benches) + " | Avg gain |"
     lines = [head, "|" + "---|" * (len(benches) + 2)]
     for name in names:
@@ -91,7 +117,7 @@ def detail_table(group: dict[str, dict[str, dict]]) -> str:
     )
     lines = [head, "|" + "---|" * 9]
     for bench in [b for b in PRETTY if b in group] + sorted(b for b in group if b not in PRETTY):
-        for name in _order(group[bench]):
+        for name in order_optimizers(group[bench]):
             e = group[bench][name]
             usage = e.get("usage", {})
             task, prompt = usage.get("task", {}), usage.get("prompt", {})
@@ -186,7 +212,7 @@ def plot_curves(results_list: list[dict], path: Path) -> Path | None:
     n = max(1, len(panels))
     fig, axes = plt.subplots(1, n, figsize=(5.5 * n, 4), squeeze=False)
     for ax, (label, bench, runs) in zip(axes[0], panels):
-        for name in _order(runs):
+        for name in order_optimizers(runs):
             entry = runs[name]
             curve = entry.get("curve") or []
             if name == "baseline":

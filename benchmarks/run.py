@@ -1,8 +1,15 @@
 """Head-to-head runner: ``python -m benchmarks.run --bench hotpotqa --optimizers baseline,agentgrad,gepa,miprov2
---task-lm LM --prompt-lm LM --max-metric-calls N --seed S --out DIR``.
+--task-lm LM --prompt-lm LM --max-metric-calls N --seed S --out DIR [--table ablation|transfer|time]``.
 
 Writes ``DIR/results.json`` (after every optimizer, so an interrupted run resumes where it stopped),
-``DIR/results.md`` (Table-1-style scores and a details table) and ``DIR/val_curves.png``.
+``DIR/results.md`` (Table-1-style scores and a details table) and ``DIR/val_curves.png``; with
+``--table``, also ``DIR/<table>.json`` and ``DIR/<table>.md``, laid out like the paper's table:
+
+  ablation  AgentGrad's four ablation rows (plain textual gradients, + target identification,
+            + agent-level supervision, + semantic abstraction = full) on each --bench
+  transfer  optimize on the source benchmark, evaluate the optimized programs unchanged on the target:
+            pupa -> PUPA-TNB (offline), hotpotqa -> 2WikiMultiHopQA (online only)
+  time      wall clock per optimizer per benchmark, from the runs' own records
 """
 
 from __future__ import annotations
@@ -15,15 +22,19 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import DataUnavailable
-from benchmarks.harness import OPTIMIZERS, evaluate_program, run_optimizer
+from benchmarks.common import DataUnavailable, MissingExtra
+from benchmarks.harness import ABLATION, OPTIMIZERS, evaluate_program, run_optimizer
 from benchmarks.lms import LMSpecError, describe_spec
+from benchmarks.paper_tables import BUILDERS, TABLES
 from benchmarks.presets import PAPER, PRESETS, gepa_variant, merge_options, optimizer_options
 from benchmarks.registry import BENCHMARKS, PAPER_SIZES, load_benchmark
 from benchmarks.report import markdown_report, plot_curves, write_json
+from benchmarks.transfer import TARGETS, load_target
 
 logger = logging.getLogger("benchmarks.run")
 
+DEFAULT_OPTIMIZERS = "baseline,agentgrad,gepa,miprov2"
+ABLATION_OPTIMIZERS = (*ABLATION, "agentgrad")
 RESULTS_FILE = "results.json"
 REPORT_FILE = "results.md"
 PLOT_FILE = "val_curves.png"
@@ -52,8 +63,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bench", required=True, help=f"benchmark(s), comma-separated: {', '.join(BENCHMARKS)}")
     p.add_argument(
         "--optimizers",
-        default="baseline,agentgrad,gepa,miprov2",
-        help="comma-separated, from: " + ", ".join(OPTIMIZERS) + " (the baseline always runs: gains need it)",
+        default=None,
+        help="comma-separated, from: " + ", ".join(OPTIMIZERS) + " (the baseline always runs: gains need it; "
+        f"default: {DEFAULT_OPTIMIZERS}, with --table ablation: {','.join(ABLATION_OPTIMIZERS)}). textgrad needs "
+        "the [textgrad] extra; the agentgrad-* names are AgentGrad with components switched off",
+    )
+    p.add_argument(
+        "--table",
+        default=None,
+        choices=TABLES,
+        help="also lay the results out as one of the paper's other tables (see above): ablation, transfer "
+        f"(sources: {', '.join(TARGETS)}), time",
     )
     p.add_argument(
         "--task-lm",
@@ -119,14 +139,16 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _lms(args, bench):
+def _lms(args, bench, also: list | tuple = ()):
+    """Task, prompt and the benchmark's extra LMs; ``also``: more examples the fake world must know
+    (a transfer target's)."""
     from benchmarks.lms import make_lm
 
     rule = None
     if "fake" in (args.task_lm, args.prompt_lm):
         from benchmarks.fake_world import BenchWorld
 
-        rule = BenchWorld(bench.trainset + bench.valset + bench.testset)
+        rule = BenchWorld(bench.trainset + bench.valset + bench.testset + list(also))
     task = make_lm(args.task_lm, fake_rule=rule, cache=args.cache != "off")
 
     def role_lm(spec: str | None):
@@ -245,7 +267,7 @@ def run_benchmark(bench_name: str, args, optimizers: list[str], results: dict, o
             **({"corpus": corpus} if bench_name in ("hotpotqa", "hover") else {}),
             **({"source": args.source} if bench_name != "ifbench" else {}),
         )
-    except (DataUnavailable, ValueError, FileNotFoundError) as exc:
+    except (DataUnavailable, MissingExtra, ValueError, FileNotFoundError) as exc:
         block.update(status="unavailable", error=str(exc))
         logger.error("[%s] cannot run: %s", bench_name, exc)
         return
@@ -253,7 +275,11 @@ def run_benchmark(bench_name: str, args, optimizers: list[str], results: dict, o
         _cut_paper_split(bench, args)
     block.update(status="loaded", info=bench.info)
     block.pop("error", None)
-    task_lm, prompt_lm, extra_lms = _lms(args, bench)
+    target = _transfer_target(bench_name, bench, args, block) if args.table == "transfer" else None
+    if args.table == "transfer" and target is None:
+        block["status"] = "partial"  # optimizing for a transfer that cannot be evaluated would waste the budget
+        return
+    task_lm, prompt_lm, extra_lms = _lms(args, bench, also=target.examples if target else ())
     options = settings["options"]
     entries = block["optimizers"]
     for index, name in enumerate(optimizers, 1):
@@ -318,6 +344,39 @@ def run_benchmark(bench_name: str, args, optimizers: list[str], results: dict, o
             run.wall_time_s,
         )
     block["status"] = "done" if all(entries.get(n, {}).get("status") == "done" for n in optimizers) else "partial"
+    if target is not None:
+        _evaluate_transfer(target, block, out / "programs" / bench_name, task_lm, args.num_threads)
+
+
+def _transfer_target(bench_name: str, bench, args, block: dict):
+    """The benchmark's transfer target, or None (recorded in the block) when it cannot be loaded."""
+    try:
+        target = load_target(bench_name, bench, size=args.test, seed=args.split_seed)
+    except (DataUnavailable, ValueError, FileNotFoundError) as exc:
+        block["transfer"] = {"target": TARGETS.get(bench_name), "status": "unavailable", "error": str(exc)}
+        logger.error("[%s] transfer target cannot be loaded: %s", bench_name, exc)
+        return None
+    previous = block.get("transfer") or {}
+    scores = previous.get("scores", {}) if previous.get("target") == target.name else {}
+    block["transfer"] = {"target": target.name, "status": "loaded", "info": target.info, "scores": scores}
+    return target
+
+
+def _evaluate_transfer(target, block: dict, programs: Path, task_lm, num_threads: int) -> None:
+    """Each finished optimizer's program, loaded from its saved state into the target's program, scored
+    on the target's examples unchanged."""
+    scores = block["transfer"]["scores"]
+    for name, entry in block["optimizers"].items():
+        if entry.get("status") != "done" or name in scores:
+            continue
+        program = target.make_program()
+        program.load(str(programs / f"{name}.json"))
+        score, calls, _ = evaluate_program(
+            program, target.examples, target.metric, task_lm=task_lm, num_threads=num_threads
+        )
+        scores[name] = {"target": score, "target_metric_calls": calls, "source_test": entry["test_score"]}
+        logger.info("[transfer to %s] %s: %.4f", target.name, name, score)
+    block["transfer"]["status"] = "done"
 
 
 def _update_gains(entries: dict) -> None:
@@ -326,6 +385,10 @@ def _update_gains(entries: dict) -> None:
     for entry in entries.values():
         if entry.get("status") == "done":
             entry["gain"] = None if base_test is None else entry["test_score"] - base_test
+
+
+def _block(results: dict, bench: str) -> dict:
+    return results["benchmarks"].get(bench, {})
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -338,10 +401,13 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("dspy.agentgrad").setLevel(logging.DEBUG if args.verbose else logging.INFO)  # AgentGrad's story
     benches = [b.strip() for b in args.bench.split(",") if b.strip()]
     unknown = [b for b in benches if b not in BENCHMARKS]
-    optimizers = [o.strip() for o in args.optimizers.split(",") if o.strip()]
+    default = ",".join(ABLATION_OPTIMIZERS) if args.table == "ablation" else DEFAULT_OPTIMIZERS
+    optimizers = [o.strip() for o in (args.optimizers or default).split(",") if o.strip()]
     bad = [o for o in optimizers if o not in OPTIMIZERS]
     if unknown or bad:
         raise SystemExit(f"unknown benchmark(s) {unknown} / optimizer(s) {bad}")
+    if args.table == "transfer" and any(b not in TARGETS for b in benches):
+        raise SystemExit(f"--table transfer: the source benchmarks with a target are {', '.join(TARGETS)}")
     if "baseline" in optimizers:
         optimizers.remove("baseline")
     optimizers.insert(0, "baseline")
@@ -363,6 +429,11 @@ def main(argv: list[str] | None = None) -> int:
     (out / REPORT_FILE).write_text(markdown_report([results]), encoding="utf-8")
     plot_curves([results], out / PLOT_FILE)
     logger.info("wrote %s, %s, %s", out / RESULTS_FILE, out / REPORT_FILE, out / PLOT_FILE)
+    if args.table:
+        data, table = BUILDERS[args.table](results)
+        write_json(out / f"{args.table}.json", data)
+        (out / f"{args.table}.md").write_text(table, encoding="utf-8")
+        logger.info("wrote %s, %s", out / f"{args.table}.json", out / f"{args.table}.md")
     failed = [
         (b, n)
         for b in benches
@@ -372,7 +443,10 @@ def main(argv: list[str] | None = None) -> int:
     unavailable = [b for b in benches if results["benchmarks"].get(b, {}).get("status") == "unavailable"]
     for b in unavailable:
         print(f"error: {b}: {results['benchmarks'][b]['error']}", file=sys.stderr)
-    return 2 if unavailable or failed else 0
+    no_target = [b for b in benches if _block(results, b).get("transfer", {}).get("status") == "unavailable"]
+    for b in no_target:
+        print(f"error: {b} transfer: {results['benchmarks'][b]['transfer']['error']}", file=sys.stderr)
+    return 2 if unavailable or failed or no_target else 0
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ from .reporting.estimate import Estimate
 from .reporting.report import write_report
 from .reporting.results import AgentGradResult, AttributionRecord, AttributionReport, CandidateRecord, RoundRecord
 from .roles.instruction_proposer import RewriteRequest
+from .runtime.retries import FirstRunsFailed
 from .runtime.run_lock import LogDirBusy
 from .runtime.store import RunMismatch
 from .teleprompter import AgentGrad
@@ -44,6 +45,7 @@ __all__ = [
     "CandidateProposed",
     "CandidateRecord",
     "Estimate",
+    "FirstRunsFailed",
     "Hint",
     "LogDirBusy",
     "MetricError",

@@ -7,6 +7,7 @@ from typing import Any
 import dspy
 
 from .core.attribution import HintFn
+from .runtime.jsonable import UnstableValue, stable_jsonable
 
 
 def _unencodable_text(value: Any) -> str | None:
@@ -47,6 +48,14 @@ def check_examples(examples: Any, name: str) -> list[dspy.Example]:
                     f"{name}[{i}] field {field_name!r} holds text that is not valid Unicode (a lone surrogate, "
                     f"as in {bad[:60]!r}); clean it, e.g. text.encode('utf-8', 'replace').decode('utf-8')"
                 )
+            try:
+                stable_jsonable(value)
+            except UnstableValue as exc:
+                raise UnstableValue(
+                    f"{name}[{i}] field {field_name!r} holds a {exc} object whose text differs in every process "
+                    "(its repr is a memory address), so the run could not be resumed or cached: store plain data "
+                    "there (str, numbers, lists, dicts, sets), or give the class a __str__ that describes its value"
+                ) from None
     return list(examples)
 
 

@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> None:
 
         try:
             page = write_report(args.log_dir, pngs=args.png)
-        except (FileNotFoundError, ImportError) as exc:
+        except (FileNotFoundError, ImportError, ValueError) as exc:
             raise SystemExit(f"agentgrad report: {exc}") from None
         print(f"wrote {page}" + (f" and the PNG charts in {args.log_dir}" if args.png else ""))
         return

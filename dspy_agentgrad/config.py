@@ -39,6 +39,31 @@ def worst_case_calls(rounds: int, n_predictors: int, n_train: int, n_val: int, t
     return n_val + rounds * (b * (n_predictors + 3) + 2 * n_val)
 
 
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_int(name: str, value: object, minimum: int | None, optional: bool = False) -> None:
+    """An integer option (``None`` allowed when ``optional``), at least ``minimum``."""
+    if value is None and optional:
+        return
+    if not _is_int(value) or (minimum is not None and value < minimum):
+        bound = "an integer" if minimum is None else f"an integer >= {minimum}"
+        raise ValueError(f"{name} must be {bound}{' or None' if optional else ''}; got {value!r}")
+
+
+def check_number(
+    name: str, value: object, low: float, high: float, low_open: bool = False, optional: bool = False
+) -> None:
+    """A real option in ``[low, high]`` (``(low, high]`` when ``low_open``); never NaN, a bool or a string."""
+    if value is None and optional:
+        return
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or not (low < value if low_open else low <= value) or value > high:
+        span = f"{'(' if low_open else '['}{low:g}, {high:g}]".replace("inf]", "inf)")
+        raise ValueError(f"{name} must be a finite number in {span}{' or None' if optional else ''}; got {value!r}")
+
+
 @dataclass
 class AgentGradConfig:
     """Every option of a run, with its default: defined once here, taken by ``AgentGrad(...)`` as keywords.
@@ -117,26 +142,17 @@ class AgentGradConfig:
                 "no budget: set auto ('light', 'medium', 'heavy'), max_metric_calls, max_full_evals, or max_rounds"
             )
         for name in ("max_metric_calls", "max_full_evals", "max_rounds", "max_prompt_tokens"):
-            value = getattr(self, name)
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-                raise ValueError(f"{name} must be a positive integer or None; got {value!r}")
+            check_int(name, getattr(self, name), 1, optional=True)
         for name in ("num_threads", "train_batch_size", "retry_attempts", "eval_chunk_size", "max_field_chars"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be a positive integer; got {value!r}")
-        if self.max_prompt_cost is not None and (
-            not isinstance(self.max_prompt_cost, (int, float)) or self.max_prompt_cost <= 0
-        ):
-            raise ValueError(f"max_prompt_cost must be a positive number of USD or None; got {self.max_prompt_cost!r}")
-        if self.fix_threshold is not None and not (
-            isinstance(self.fix_threshold, (int, float)) and 0 < self.fix_threshold <= self.max_score
-        ):
-            raise ValueError(
-                f"fix_threshold must be a number in (0, max_score={self.max_score}] or None; got {self.fix_threshold!r}"
-            )
-        if not isinstance(self.seed, int):
-            raise ValueError(f"seed must be an integer; got {self.seed!r}")
-        if not self.cluster_schedule or any(not isinstance(m, int) or m < 1 for m in self.cluster_schedule):
+            check_int(name, getattr(self, name), 1)
+        check_int("max_instruction_chars", self.max_instruction_chars, 50)
+        check_int("seed", self.seed, None)
+        check_number("max_score", self.max_score, 0, math.inf, low_open=True)
+        check_number("max_prompt_cost", self.max_prompt_cost, 0, math.inf, low_open=True, optional=True)
+        check_number("fix_threshold", self.fix_threshold, 0, self.max_score, low_open=True, optional=True)
+        check_number("failure_score", self.failure_score, 0, self.max_score)
+        check_number("retry_backoff_s", self.retry_backoff_s, 0, math.inf)
+        if not self.cluster_schedule or any(not _is_int(m) or m < 1 for m in self.cluster_schedule):
             raise ValueError(
                 f"cluster_schedule must be a non-empty sequence of positive integers; got {self.cluster_schedule!r}"
             )
@@ -154,14 +170,8 @@ class AgentGradConfig:
         self.resume_despite = check_resume_despite(self.resume_despite)
         if self.label_fields is not None and not all(isinstance(f, str) for f in self.label_fields):
             raise ValueError(f"label_fields must be a sequence of field names or None; got {self.label_fields!r}")
-        if not isinstance(self.failure_score, (int, float)) or isinstance(self.failure_score, bool):
-            raise ValueError(f"failure_score must be a number; got {self.failure_score!r}")
         if self.val_acceptance not in VAL_ACCEPTANCE:
             raise ValueError(f"val_acceptance must be one of {VAL_ACCEPTANCE}; got {self.val_acceptance!r}")
-        if not isinstance(self.max_instruction_chars, int) or self.max_instruction_chars < 50:
-            raise ValueError(f"max_instruction_chars must be an integer >= 50; got {self.max_instruction_chars!r}")
-        if self.retry_backoff_s < 0:
-            raise ValueError("retry_backoff_s must be >= 0")
 
     def fingerprint(self) -> dict:
         """The options that change decisions (not threads, logging or stats)."""

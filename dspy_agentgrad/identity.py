@@ -2,8 +2,8 @@
 
 These go into the resume fingerprint (``run.json``), so that resuming a run with another metric,
 another task or prompt LM, or another version of the LM-role prompts is refused instead of silently
-replaying results that were paid for under the old ones. LM identities hold the model name and the
-generation settings only: keys, headers and endpoints never reach a file.
+replaying results that were paid for under the old ones. LM identities hold the model name, the
+generation settings and a digest of the endpoint (``api_base``): keys, headers and URLs never reach a file.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from pydantic import BaseModel
 
 from .roles import signatures
 from .runtime.jsonable import digest
+from .runtime.store import OVERRIDABLE
 
 #: Settings of ``dspy.LM`` that change what the model generates (an allowlist: nothing else is written).
 GENERATION_KEYS = (
@@ -35,8 +36,8 @@ GENERATION_KEYS = (
     "rollout_id",
 )
 
-#: Fingerprint parts a user may knowingly change on resume (``AgentGrad(resume_despite=...)``).
-OVERRIDABLE = ("metric", "task_lm", "prompt_lm", "prompts")
+#: Settings of ``dspy.LM`` naming the server it talks to.
+ENDPOINT_KEYS = ("api_base", "base_url")
 
 
 def _source_digest(obj: Any) -> str | None:
@@ -67,10 +68,27 @@ def metric_identity(metric: Any) -> dict[str, Any]:
 
 
 def lm_identity(lm: Any) -> dict[str, Any]:
-    """The model name, LM class and generation settings of ``lm``; never credentials or endpoints."""
+    """The model name, LM class, generation settings and a digest of the endpoint of ``lm``; never credentials."""
     kwargs = getattr(lm, "kwargs", None) or {}
     settings = {k: kwargs[k] for k in GENERATION_KEYS if kwargs.get(k) is not None}
-    return {"class": type(lm).__qualname__, "model": getattr(lm, "model", None), "settings": settings}
+    endpoint = next((kwargs[k] for k in ENDPOINT_KEYS if kwargs.get(k)), None)
+    return {
+        "class": type(lm).__qualname__,
+        "model": getattr(lm, "model", None),
+        "settings": settings,
+        "endpoint": None if endpoint is None else digest(str(endpoint)),
+    }
+
+
+def adapter_identity(adapter: Any) -> dict[str, Any]:
+    """The class and plain settings of the adapter that formats every prompt (``None``: DSPy's ``ChatAdapter()``)."""
+    adapter = dspy.ChatAdapter() if adapter is None else adapter
+    config = {
+        k: v
+        for k, v in sorted(vars(adapter).items())
+        if not k.startswith("_") and (v is None or isinstance(v, (str, bool, int, float)))
+    }
+    return {"class": type(adapter).__qualname__, "config": config}
 
 
 #: Where the role signatures lived when this digest was defined; a type's text names that module, so moving

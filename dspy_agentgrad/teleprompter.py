@@ -7,9 +7,11 @@ import dataclasses
 import functools
 import inspect
 import io
+import json
 import logging
 import random
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -21,13 +23,13 @@ import dspy
 from dspy.teleprompt.teleprompt import Teleprompter
 
 from .checks import check_examples, check_optimize_predictors, checked_hint_fn, embedder_function, predictor_names
-from .config import AgentGradConfig, auto_budget, worst_case_calls
+from .config import AgentGradConfig, auto_budget, check_int, worst_case_calls
 from .core.attribution import HintFn
 from .core.engine import RoundEngine
 from .core.events import Dispatcher
 from .core.state import RunState
 from .core.stoppers import Stoppers, check_stop_callbacks
-from .identity import check_lm, lm_identity, metric_identity, prompts_digest
+from .identity import adapter_identity, check_lm, lm_identity, metric_identity, prompts_digest
 from .program.evaluation import Evaluator
 from .program.hints import default_hint
 from .program.metric import Metric
@@ -43,6 +45,7 @@ from .roles.proposer import Proposer
 from .runtime.budget import Budget
 from .runtime.jsonable import digest, example_key
 from .runtime.pricing import price_function
+from .runtime.redaction import Redactor, redacted_logs
 from .runtime.retries import RetryPolicy
 from .runtime.run_lock import LogDirLock
 from .runtime.store import Memo, atomic_write_json, check_fingerprint
@@ -188,11 +191,16 @@ class AgentGrad(Teleprompter):
         check_lm(prompt, "the prompt LM (prompt_model or dspy.settings.lm)")
         return task, prompt
 
-    def _parts(self, student: dspy.Module, budget: Budget, log_dir: Path | None) -> RunParts:
+    def _redactor(self, student: dspy.Module) -> Redactor:
+        """Hides the credentials of every LM the run may call (and key-shaped text) in what it keeps."""
+        predictor_lms = [getattr(p, "lm", None) for p in student.predictors()]
+        return Redactor.for_lms([*self._lms(), dspy.settings.lm, *predictor_lms])
+
+    def _parts(self, student: dspy.Module, budget: Budget, log_dir: Path | None, run_id: str | None = None) -> RunParts:
         """Wire the parts a run needs: program runner and evaluator, proposer, journal, usage, hints."""
         task, prompt = self._lms()
         retry = RetryPolicy(self.config.retry_attempts, self.config.retry_backoff_s)
-        memo, ledger = Memo(log_dir), UsageLedger()
+        memo, ledger = Memo(log_dir, run_id), UsageLedger()
         evaluator = Evaluator(
             ProgramRunner(
                 student,
@@ -202,6 +210,7 @@ class AgentGrad(Teleprompter):
                 self.config.hint_delivery,
                 self.config.max_score,
                 self.config.failure_score,
+                self._redactor(student),
             ),
             memo,
             budget,
@@ -356,6 +365,7 @@ class AgentGrad(Teleprompter):
         calls, tokens and seconds, the failure rate, and how blame splits over the
         predictors, then plays the rounds forward (see :mod:`dspy_agentgrad.reporting.estimate`).
         """
+        check_int("sample_size", sample_size, 1)
         names, trainset, valset, max_calls, max_rounds = self._plan(program, trainset, valset)
         sample = random.Random(self.config.seed).sample(trainset, min(sample_size, len(trainset)))
         parts = self._parts(program, Budget(None), None)
@@ -398,7 +408,10 @@ class AgentGrad(Teleprompter):
         if kwargs:
             raise TypeError(f"compile() got unknown options {sorted(kwargs)}; set options on AgentGrad(...)")
         names, trainset, valset, max_calls, max_rounds = self._plan(student, trainset, valset)
-        with LogDirLock(self.log_dir) if self.log_dir is not None else nullcontext():
+        with (
+            LogDirLock(self.log_dir) if self.log_dir is not None else nullcontext(),
+            redacted_logs(self._redactor(student), logger),
+        ):
             return self._optimize(student, names, trainset, valset, max_calls, max_rounds)
 
     def _fingerprint(self, student: dspy.Module, trainset: list, valset: list) -> dict:
@@ -416,6 +429,7 @@ class AgentGrad(Teleprompter):
             "metric": metric_identity(self.metric),
             "task_lm": lm_identity(task),
             "prompt_lm": lm_identity(prompt),
+            "adapter": adapter_identity(dspy.settings.adapter),
             "prompts": prompts_digest(),
         }
 
@@ -429,13 +443,14 @@ class AgentGrad(Teleprompter):
         max_rounds: int | None,
     ) -> dspy.Module:
         initial = {n: p.signature.instructions for n, p in student.named_predictors()}
-        resumed = False
+        resumed, run_id = False, None
         if self.log_dir is not None:
             fingerprint = self._fingerprint(student, trainset, valset)
-            resumed = check_fingerprint(self.log_dir, fingerprint, self.config.resume_despite)
+            identity = check_fingerprint(self.log_dir, fingerprint, self.config.resume_despite)
+            resumed, run_id = identity.resumed, identity.run_id
         budget = Budget(max_calls, self.config.max_prompt_tokens, self.config.max_prompt_cost)
         options = {**self.config.fingerprint(), "max_rounds": max_rounds, "num_threads": self.config.num_threads}
-        parts = self._parts(student, budget, self.log_dir)
+        parts = self._parts(student, budget, self.log_dir, run_id)
         state = RunState(dict(parts.instructions))
         memo = parts.memo
 
@@ -507,9 +522,19 @@ class AgentGrad(Teleprompter):
         if self.log_dir is not None:
             atomic_write_json(self.log_dir / "result.json", outcome.to_dict())
             (self.log_dir / "result.md").write_text(outcome.to_markdown(), encoding="utf-8")
-            program.save(str(self.log_dir / "optimized_program.json"))
+            _save_redacted(program, self.log_dir / "optimized_program.json", self._redactor(student))
             write_report(self.log_dir, outcome)
         return program
+
+
+def _save_redacted(program: dspy.Module, path: Path, redact: Redactor) -> None:
+    """``program.save(path)`` without credentials: DSPy drops ``api_key`` but keeps header values, so the
+    state is saved in a private temporary folder, redacted, and only then written to ``path``."""
+    with tempfile.TemporaryDirectory() as scratch:
+        raw = Path(scratch) / path.name
+        program.save(str(raw))
+        state = json.loads(raw.read_text(encoding="utf-8"))
+    path.write_text(json.dumps(redact.data(state), indent=2, ensure_ascii=False), encoding="utf-8")
 
 
 def _options_signature() -> inspect.Signature:

@@ -5,7 +5,8 @@ env: KILL_AT=<what>:<n>  SIGKILL this process at the n-th call of <what> in this
          where <what> is "metric" (a scored program run) or a prompt-LM role of the
          world ("gradient", "abstract", "rewrite");
      LEDGER=<file>      append a line per metric call (to count calls across processes);
-     THREADS=<n>        num_threads (default 1).
+     THREADS=<n>        num_threads (default 1);
+     ALIASES=1          give each example set- and frozenset-valued label fields (their order varies by process).
 """
 
 from __future__ import annotations
@@ -51,10 +52,22 @@ def metric(gold, pred, trace=None, pred_name=None, pred_trace=None):
     return feedback_metric(gold, pred, trace)
 
 
+def with_aliases(examples: list[dspy.Example]) -> list[dspy.Example]:
+    return [
+        e.copy(
+            aliases={e.answer, e.answer.upper(), f"the {e.answer}", f"{e.answer}!"},
+            tags=frozenset({"multi", "hop", "aliases", e.question.split()[0]}),
+        )
+        for e in examples
+    ]
+
+
 def main(log_dir: str, out: str) -> None:
     dspy.configure(lm=world_lm(KillableWorld()))
     train = make_data({"extract": 3, "notes": 2, "answer": 2, "either": 1, "none": 2})
     val = make_data({"extract": 2, "notes": 2, "answer": 1, "none": 2}, start=50)
+    if os.environ.get("ALIASES"):
+        train, val = with_aliases(train), with_aliases(val)
     optimizer = AgentGrad(
         metric,
         auto=None,

@@ -91,6 +91,8 @@ class Metric:
             value, feedback = raw["score"], raw.get("feedback") or ""
         elif not isinstance(raw, (bool, int, float)) and hasattr(raw, "score"):
             value, feedback = raw.score, getattr(raw, "feedback", None) or ""
+        if type(value).__module__ == "numpy" and getattr(value, "shape", None) == ():
+            value = value.item()  # np.bool_ is not a numbers.Real; every numpy scalar has a Python twin
         if not isinstance(value, numbers.Real) or not math.isfinite(float(value)):
             raise MetricError(
                 "metric must return a number, a bool, or dspy.Prediction(score=<number>, feedback=<str>); "

@@ -34,7 +34,7 @@ import logging
 import threading
 import traceback
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -43,7 +43,8 @@ import pydantic
 from dspy.signatures.signature import ensure_signature
 
 from ..runtime.jsonable import digest, to_jsonable
-from ..runtime.retries import RetryPolicy, error_kind, is_transient
+from ..runtime.redaction import Redactor
+from ..runtime.retries import FirstRunsFailed, RetryPolicy, error_kind, is_transient, setup_fix
 from ..runtime.usage import empty_usage, track
 from .metric import Metric, MetricError, check_score_range
 from .runs import Outcome, Reference, Step
@@ -59,8 +60,11 @@ CONTROL_KEY = "agentgrad_run"
 _NAME_ATTR = "_agentgrad_name"
 
 
-class ProgramBug(RuntimeError):
+class ProgramBug(FirstRunsFailed):
     """The program raised the same error of its own (not an LM error) on each of its first runs."""
+
+
+RETURNED_NONE = "program:ReturnedNone"
 
 
 def _inputs_key(name: str, inputs: dict[str, Any]) -> str:
@@ -283,13 +287,32 @@ def _run_async(program: dspy.Module, inputs: dict) -> Any:
 
 
 def check_first_runs(outcomes: list[Outcome]) -> None:
-    """Stop when every one of the program's first runs raised the same error of the program's own."""
+    """Stop when every one of the program's first runs failed the same way, for a cause no rewrite can fix:
+    an error of the program's own, a forward() returning None, a metric that raises, an LM that refuses."""
     errors = {o.error for o in outcomes}
-    if outcomes and len(errors) == 1 and (outcomes[0].error or "").startswith("program:"):
+    if not outcomes or len(errors) != 1 or None in errors:
+        return
+    kind = outcomes[0].error
+    family, _, name = kind.partition(":")
+    detail = outcomes[0].feedback.split(f"{kind}: ", 1)[-1]
+    runs = f"each of its first {len(outcomes)} runs"
+    if kind == RETURNED_NONE:
+        raise ProgramBug(f"the program failed on {runs}: {detail}")
+    if family == "program":
         raise ProgramBug(
-            f"the program raised {outcomes[0].error.split(':', 1)[1]} on each of its first {len(outcomes)} runs, "
-            f"outside any LM call (a bug in forward, or example inputs that do not match it): "
-            f"{outcomes[0].feedback}"
+            f"the program raised {name} on {runs}, outside any LM call (a bug in forward, or example inputs "
+            f"that do not match it): {detail}"
+        )
+    if family == "metric":
+        raise FirstRunsFailed(
+            f"the metric raised {name} on {runs}: {detail}. Fix the metric: it is called as metric(example, "
+            "prediction, trace=None) and must return a score; as it is, every run scores failure_score and "
+            "nothing can be learned"
+        )
+    fix = setup_fix(name)
+    if family == "error" and fix is not None:
+        raise FirstRunsFailed(
+            f"the task LM failed with {name} on {runs} of the program: {detail.strip()}\nTo fix: {fix}"
         )
 
 
@@ -324,8 +347,10 @@ class ProgramRunner:
         hint_delivery: str = "input_field",
         max_score: float | None = None,
         failure_score: float = 0.0,
+        redact: Callable[[str], str] | None = None,
     ):
         self.program = student.deepcopy()
+        self.redact = redact or Redactor()
         self.max_score = max_score
         self.metric = metric
         self.task_model = task_model
@@ -374,7 +399,14 @@ class ProgramRunner:
                 kind = error_kind(error)
                 if not _raised_in_predictor(error, control.predictor_errors) and not is_transient(error):
                     kind = "program:" + type(error).__name__
-                outcome = Outcome(0.0, f"The program failed: {kind}: {error}", kind, steps, {}, total_usage, attempt)
+                feedback = self.redact(f"The program failed: {kind}: {error}")
+                outcome = Outcome(0.0, feedback, kind, steps, {}, total_usage, attempt)
+            elif prediction is None:
+                feedback = (
+                    f"The program failed: {RETURNED_NONE}: {type(self.program).__name__}.forward() returned None; "
+                    "it must return its outputs (e.g. return dspy.Prediction(answer=...)): check for a missing return"
+                )
+                outcome = Outcome(0.0, feedback, RETURNED_NONE, steps, {}, total_usage, attempt)
             else:
                 outcome = self._score(example, prediction, steps, total_usage, attempt, reference)
             outcome.replay_misses = control.replay_misses
@@ -405,15 +437,15 @@ class ProgramRunner:
             if error is None:
                 if self.max_score is not None:
                     check_score_range(result.score, self.max_score, example)
-                return Outcome(result.score, result.feedback, None, steps, outputs, total_usage, attempts)
+                feedback = self.redact(result.feedback)
+                return Outcome(result.score, feedback, None, steps, outputs, total_usage, attempts)
             if is_transient(error) and attempt < self.retry.attempts:
                 self.retry.wait(attempt, error)
                 continue
             self._log_metric_error(error)
             kind = "metric:" + type(error).__name__
-            return Outcome(
-                self.failure_score, f"The metric failed: {error}", kind, steps, outputs, total_usage, attempts
-            )
+            feedback = self.redact(f"The metric failed: {kind}: {error}")
+            return Outcome(self.failure_score, feedback, kind, steps, outputs, total_usage, attempts)
 
     def _log_metric_error(self, error: BaseException) -> None:
         with self._lock:

@@ -287,7 +287,14 @@ def write_report(log_dir: str | Path, result: AgentGradResult | None = None, png
         source = log_dir / "result.json"
         if not source.exists():
             raise FileNotFoundError(f"{source} not found: pass the log_dir of a finished AgentGrad run")
-        result = AgentGradResult.from_dict(json.loads(source.read_text(encoding="utf-8")))
+        try:
+            result = AgentGradResult.from_dict(json.loads(source.read_text(encoding="utf-8")))
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise ValueError(
+                f"{source} is damaged or not an AgentGrad result ({type(exc).__name__}: {exc}); it is written "
+                "again when the run finishes: compile again with the same log_dir (the journal replays what was "
+                "paid for), then run agentgrad report again"
+            ) from None
     page = log_dir / REPORT_FILE
     page.write_text(render_html(result), encoding="utf-8")
     if pngs:

@@ -21,7 +21,8 @@ from ..runtime.budget import Budget, worst_case_usage
 from ..runtime.jsonable import digest, to_jsonable
 from ..runtime.paid_work import PaidWork
 from ..runtime.parallel import current_batch
-from ..runtime.retries import RetryPolicy, error_kind, is_transient
+from ..runtime.redaction import Redactor
+from ..runtime.retries import FirstRunsFailed, RetryPolicy, error_kind, is_transient, setup_fix
 from ..runtime.store import Memo
 from ..runtime.usage import UsageLedger, empty_usage, track
 from .instruction_proposer import InstructionProposer, RewriteRequest, checked_instruction
@@ -88,6 +89,7 @@ class Proposer:
         self.max_field_chars = max_field_chars
         self.failures: Counter[str] = Counter()
         self._lock = threading.Lock()
+        self._answered = False  # a prompt-LM call succeeded in this compile
 
     def _call(self, role: str, signature: type[dspy.Signature], inputs: dict[str, Any]) -> dict | None:
         key = f"role:{signature.__name__}:{digest(inputs)}"
@@ -147,7 +149,14 @@ class Proposer:
             for k in usage:
                 usage[k] += used[k]
             if error is None:
+                self._answered = True
                 return {"outputs": outputs, "usage": usage, "errors": errors}
+            fix = setup_fix(type(error).__name__)
+            if fix is not None and not self._answered:  # never answered: the LM cannot be used as configured
+                raise FirstRunsFailed(
+                    f"the prompt LM failed with {type(error).__name__} on its first call: "
+                    f"{Redactor.for_lms([self.prompt_model])(str(error)).strip()}\nTo fix: {fix}"
+                ) from None
             errors.append(error_kind(error))
             if attempt < self.retry.attempts and is_transient(error):
                 self.retry.wait(attempt, error)

@@ -143,7 +143,7 @@ class Budget:
 
 #: Completion tokens assumed for a prompt-LM call when its LM sets no ``max_tokens``.
 DEFAULT_COMPLETION_BOUND = 4096
-#: Characters per token assumed when estimating a prompt (fewer than real tokenizers average on English text).
+#: ASCII characters per token assumed when estimating a prompt (fewer than real tokenizers average on English).
 CHARS_PER_TOKEN = 3
 
 
@@ -154,14 +154,24 @@ def completion_bound(lm: Any) -> int:
     return int(bound) if isinstance(bound, (int, float)) and bound > 0 else DEFAULT_COMPLETION_BOUND
 
 
+def estimated_tokens(text: str) -> int:
+    """Tokens ``text`` can take: ASCII at ``CHARS_PER_TOKEN`` characters a token, and every other
+    character at its UTF-8 length in bytes, a bound for byte-level BPE and byte-fallback tokenizers
+    (cl100k takes up to 2.5 tokens for a rare Chinese character and 3 for an emoji, which a count of
+    characters would miss; a common Chinese character takes about 1, so this bound is loose there)."""
+    ascii_chars = sum(1 for c in text if c < "\x80")
+    other_bytes = len(text.encode("utf-8", "surrogatepass")) - ascii_chars
+    return -(-ascii_chars // CHARS_PER_TOKEN) + other_bytes
+
+
 def worst_case_usage(lm: Any, signature: Any, inputs: dict[str, Any]) -> dict[str, int]:
-    """A call's tokens at most: its formatted prompt (estimated from its length) plus the LM's ``max_tokens``."""
+    """A call's tokens at most: its formatted prompt (estimated from its text) plus the LM's ``max_tokens``."""
     import dspy
 
     adapter = dspy.settings.adapter or dspy.ChatAdapter()
     try:
         messages = adapter.format(signature, demos=[], inputs=inputs)
-        chars = sum(len(str(m.get("content", ""))) for m in messages)
+        text = "".join(str(m.get("content", "")) for m in messages)
     except Exception:  # an adapter that cannot format offline: count the raw text
-        chars = len(str(signature.instructions)) + sum(len(str(v)) for v in inputs.values())
-    return {"prompt_tokens": -(-chars // CHARS_PER_TOKEN), "completion_tokens": completion_bound(lm)}
+        text = str(signature.instructions) + "".join(str(v) for v in inputs.values())
+    return {"prompt_tokens": estimated_tokens(text), "completion_tokens": completion_bound(lm)}

@@ -3,7 +3,10 @@
 Shared by program runs and the optimizer's LM roles: transient errors (rate
 limits, timeouts, connection and server failures) are retried; parse failures
 and other errors are not, and each error is counted by its kind. A server's
-``Retry-After`` is honoured, within a bound.
+``Retry-After`` is honoured, within a bound. Errors that mean an LM cannot be
+used as configured (a rejected key, an unknown model) are named with what to
+check (:func:`setup_fix`), so a run that meets them on its first calls stops
+with :class:`FirstRunsFailed` instead of scoring every run as a failure.
 """
 
 from __future__ import annotations
@@ -45,6 +48,29 @@ def error_kind(error: BaseException) -> str:
     if "Parse" in type(error).__name__:
         return "parse:" + type(error).__name__
     return "error:" + type(error).__name__
+
+
+class FirstRunsFailed(RuntimeError):
+    """Every run of the first validation pass failed the same way, for a cause no optimization can fix
+    (an LM that rejects every call, a metric that always raises, a program bug); the message names it."""
+
+
+#: LM errors that mean the LM cannot be used as configured, with what to check (matched in the type name).
+SETUP_LM_ERRORS = {
+    "Auth": "check the API key (api_key= on dspy.LM, or the provider's environment variable) and that it "
+    "is valid for this provider and api_base",
+    "PermissionDenied": "check that the API key has access to this model",
+    "NotFound": "check the model name, and the api_base that serves it",
+    "UnsupportedModel": "check the model name, and the api_base that serves it",
+    "Billing": "check the account's billing or quota with the provider",
+    "NotConfigured": "configure the LM (dspy.configure(lm=...) or task_model=)",
+    "Configuration": "check the LM's settings",
+}
+
+
+def setup_fix(error_type: str) -> str | None:
+    """What to check when an LM error of type ``error_type`` means the LM cannot be used as configured."""
+    return next((fix for part, fix in SETUP_LM_ERRORS.items() if part in error_type), None)
 
 
 #: The longest wait a server's ``Retry-After`` can impose before one retry.

@@ -1,22 +1,28 @@
 """One compile at a time on a ``log_dir``.
 
-Two compiles on one folder would both pay in full and overwrite each other's
-state. The lock is an OS advisory lock (``flock``) on ``log_dir/lock``, which
-the kernel releases when its holder dies, so a killed holder never blocks a
-resume; the file also names the holder (pid, host, start time) for the message.
+Two compiles on one folder would both pay in full and overwrite each other's state. The lock is
+an OS lock that the kernel releases when its holder dies, so a killed holder never blocks a
+resume. Where the OS allows (POSIX), it is taken on the ``log_dir`` folder itself, so deleting a
+file cannot defeat it (a lock on a lock file is lost when the file is deleted: the next compile
+creates a new file and locks that). On Windows, ``filelock`` locks ``log_dir/lock``, which cannot
+be deleted while it is held open. The file ``log_dir/lock`` also names the holder (pid, host,
+start time) for the message.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
 import time
 from pathlib import Path
 
+import filelock
+
 try:
     import fcntl
-except ImportError:  # Windows: no advisory locks here; runs are not protected against a second compile
+except ImportError:  # Windows
     fcntl = None
 
 LOCK_FILE = "lock"
@@ -30,38 +36,51 @@ class LogDirLock:
     """Context manager holding the lock on ``log_dir`` for the length of a compile."""
 
     def __init__(self, log_dir: Path):
-        self.path = Path(log_dir) / LOCK_FILE
-        self._fd: int | None = None
+        self.folder = Path(log_dir)
+        self.path = self.folder / LOCK_FILE
+        self._release = None
 
     def __enter__(self) -> LogDirLock:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        if fcntl is not None:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                holder = os.read(fd, 4096).decode("utf-8", "replace")
-                os.close(fd)
-                raise LogDirBusy(
-                    f"log_dir {self.path.parent} is in use by another compile ({_describe(holder)}); wait for it to "
-                    "finish or stop it, or use another log_dir. A killed holder releases the lock by itself"
-                ) from None
+        self.folder.mkdir(parents=True, exist_ok=True)
+        try:
+            self._release = _lock_folder(self.folder) if fcntl is not None else _lock_file(self.path)
+        except (OSError, filelock.Timeout):
+            raise LogDirBusy(
+                f"log_dir {self.folder} is in use by another compile ({_describe(self.path)}); wait for it to "
+                "finish or stop it, or use another log_dir. A killed holder releases the lock by itself"
+            ) from None
         holder = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%d %H:%M:%S")}
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps(holder).encode(), 0)
-        self._fd = fd
+        self.path.write_text(json.dumps(holder), encoding="utf-8")
         return self
 
     def __exit__(self, *exc) -> None:
-        if self._fd is not None:
-            os.ftruncate(self._fd, 0)
-            os.close(self._fd)  # closing releases the flock
-            self._fd = None
+        if self._release is not None:
+            with contextlib.suppress(OSError):
+                self.path.write_text("", encoding="utf-8")
+            self._release()
+            self._release = None
 
 
-def _describe(holder: str) -> str:
+def _lock_folder(folder: Path):
+    """flock on the folder itself; returns the release function."""
+    fd = os.open(folder, os.O_RDONLY)
     try:
-        info = json.loads(holder)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise
+    return lambda: os.close(fd)  # closing releases the flock
+
+
+def _lock_file(path: Path):
+    lock = filelock.FileLock(str(path) + ".filelock", timeout=0)
+    lock.acquire()
+    return lock.release
+
+
+def _describe(path: Path) -> str:
+    try:
+        info = json.loads(path.read_text(encoding="utf-8"))
         return f"pid {info['pid']} on host {info['host']}, started {info['started']}"
-    except (ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError):
         return "holder unknown"

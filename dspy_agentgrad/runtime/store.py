@@ -20,6 +20,7 @@ at most once per ``SYNC_INTERVAL_S``, not once per line.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -27,6 +28,7 @@ import os
 import tempfile
 import threading
 import time
+import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,36 +44,81 @@ PROMPT_KEY_PREFIX = "role:"  # journal keys of prompt-LM calls; every other reco
 
 
 def atomic_write_json(path: Path, data: Any, indent: int | None = 2) -> None:
-    """Write JSON so a reader (or a crash) never sees half a file."""
+    """Write JSON so a reader (or a crash) never sees half a file; a failed write (a full disk) removes
+    its temporary file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        json.dump(data, handle, indent=indent, ensure_ascii=False, default=str)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(data, handle, indent=indent, ensure_ascii=False, default=str)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 class RunMismatch(ValueError):
-    """``log_dir`` holds a run of another program, other data, options, metric, LMs or prompts."""
+    """``log_dir`` holds a run of another program, other data, options, metric, LMs, adapter or prompts."""
 
 
-def _describe(previous: Any, current: Any) -> str:
-    text = f"{json.dumps(previous, sort_keys=True, default=str)} -> {json.dumps(current, sort_keys=True, default=str)}"
-    return text if len(text) <= 300 else text[:300] + " ..."
+#: Fingerprint parts a user may knowingly change on resume (``AgentGrad(resume_despite=...)``).
+OVERRIDABLE = ("metric", "task_lm", "prompt_lm", "prompts", "adapter", "options")
+#: Options that only say where a run stops. A resume may change them (extend a run that stopped at its
+#: budget or round limit, or stop it sooner): the journal's results stay valid, since each is keyed by
+#: what determines it, and the replay reaches the same decisions up to the old stopping point.
+STOPPING_OPTIONS = ("auto", "max_metric_calls", "max_full_evals", "max_rounds", "max_prompt_tokens", "max_prompt_cost")
+#: Parts an older version did not record: a fingerprint without them resumes, and they are recorded.
+ADDED_PARTS = ("adapter", "task_lm.endpoint", "prompt_lm.endpoint")
+RUN_ID = "run_id"
+_ABSENT = object()
 
 
-def check_fingerprint(log_dir: Path, fingerprint: dict, resume_despite: tuple[str, ...] = ()) -> bool:
+@dataclass(frozen=True)
+class RunIdentity:
+    """Whether ``log_dir`` already held this run, and the id its journal records carry."""
+
+    resumed: bool
+    run_id: str
+
+
+def _differences(previous: Any, current: Any, path: str = "") -> list[tuple[str, Any, Any]]:
+    """(dotted path, old, new) for every leaf that differs; dicts are compared key by key."""
+    if isinstance(previous, dict) and isinstance(current, dict):
+        found = []
+        for key in sorted(set(previous) | set(current)):
+            where = f"{path}.{key}" if path else key
+            if key == RUN_ID or (key not in previous and where in ADDED_PARTS):
+                continue
+            found += _differences(previous.get(key, _ABSENT), current.get(key, _ABSENT), where)
+        return found
+    return [] if previous == current else [(path, previous, current)]
+
+
+def _shown(value: Any) -> str:
+    text = "(not set)" if value is _ABSENT else json.dumps(value, sort_keys=True, default=str, ensure_ascii=False)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _is_stopping(path: str) -> bool:
+    part, _, option = path.partition(".")
+    return part == "options" and option in STOPPING_OPTIONS
+
+
+def check_fingerprint(log_dir: Path, fingerprint: dict, resume_despite: tuple[str, ...] = ()) -> RunIdentity:
     """Write the fingerprint on a new run; on resume, refuse a different one.
 
-    Parts named in ``resume_despite`` may differ: the run resumes with a warning, the new values are
-    recorded, and results already paid for under the old ones are replayed as they are.
-    Returns True when a previous run exists (a resume).
+    The stopping options (:data:`STOPPING_OPTIONS`) may differ: the run goes on to the new limits.
+    Parts named in ``resume_despite`` may differ too: the run resumes with a warning, the new values
+    are recorded, and results already paid for under the old ones are replayed as they are.
     """
     path = Path(log_dir) / "run.json"
     if not path.exists():
-        atomic_write_json(path, fingerprint)
-        return False
+        run_id = uuid.uuid4().hex[:12]
+        atomic_write_json(path, {**fingerprint, RUN_ID: run_id})
+        return RunIdentity(False, run_id)
     try:
         previous = json.loads(path.read_text(encoding="utf-8"))
         if not isinstance(previous, dict):
@@ -81,25 +128,26 @@ def check_fingerprint(log_dir: Path, fingerprint: dict, resume_despite: tuple[st
             f"{path} is not a readable run fingerprint ({exc}); it was damaged or written by something else. "
             f"Use a new log_dir, or delete {path} to resume the journal in {log_dir} as a new run"
         ) from None
-    diffs = sorted(k for k in set(previous) | set(fingerprint) if previous.get(k) != fingerprint.get(k))
-    refused = [k for k in diffs if k not in resume_despite]
+    diffs = _differences(previous, fingerprint)
+    refused = [d for d in diffs if not _is_stopping(d[0]) and d[0].split(".")[0] not in resume_despite]
     if refused:
-        details = "; ".join(f"{k}: {_describe(previous.get(k), fingerprint.get(k))}" for k in refused)
-        overridable = [k for k in refused if k in ("metric", "task_lm", "prompt_lm", "prompts")]
+        details = "; ".join(f"{where}: {_shown(old)} -> {_shown(new)}" for where, old, new in refused)
+        parts = sorted({where.split(".")[0] for where, _, _ in refused})
         advice = (
-            f", or pass resume_despite={tuple(overridable)!r} to continue knowingly (results paid under the old "
-            "ones are replayed as they are)"
-            if overridable and len(overridable) == len(refused)
-            else ""
+            f"pass resume_despite={tuple(parts)!r} to continue knowingly (results paid under the old values are "
+            "replayed as they are), or use a new log_dir to start a new run"
+            if set(parts) <= set(OVERRIDABLE)
+            else "use a new log_dir to start a new run, or pass the same program and data to resume"
         )
-        raise RunMismatch(
-            f"log_dir {log_dir} holds a run with a different {', '.join(refused)} ({details}); use a new log_dir "
-            f"to start a new run, or pass the same program, data, options, metric and LMs to resume{advice}"
-        )
-    if diffs:
-        logger.warning("resuming %s despite a different %s (resume_despite)", log_dir, ", ".join(diffs))
-        atomic_write_json(path, fingerprint)
-    return True
+        raise RunMismatch(f"log_dir {log_dir} holds a run with a different {', '.join(parts)} ({details}); {advice}")
+    for where, old, new in diffs:
+        log = logger.info if _is_stopping(where) else logger.warning
+        log("resuming %s with %s: %s -> %s", log_dir, where, _shown(old), _shown(new))
+    run_id = previous.get(RUN_ID) or uuid.uuid4().hex[:12]  # a run.json from before run ids gets one now
+    updated = {**fingerprint, RUN_ID: run_id}
+    if updated != previous:
+        atomic_write_json(path, updated)
+    return RunIdentity(True, run_id)
 
 
 # ---- the journal ------------------------------------------------------------------------------
@@ -179,8 +227,10 @@ class Memo:
     this ``log_dir`` and, last, this one.
     """
 
-    def __init__(self, log_dir: Path | None = None):
+    def __init__(self, log_dir: Path | None = None, run_id: str | None = None):
         self._lock = threading.Lock()
+        self.run_id = run_id
+        self.foreign = 0  # records of another run found in the journal (appended from elsewhere): not used
         self._data: dict[str, Any] = {}
         self._texts: dict[str, str] = {}
         self.path = Path(log_dir) / JOURNAL if log_dir else None
@@ -198,7 +248,16 @@ class Memo:
         if self.path:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-            self._write([{"segment": {"index": self.segment.index, "started": self.segment.started}}])
+            self._write([{"segment": {"index": self.segment.index, "started": self.segment.started}, **self._tag}])
+
+    @property
+    def _tag(self) -> dict[str, str]:
+        """What ties a journal line to this run (nothing without a run id)."""
+        return {} if self.run_id is None else {"run": self.run_id}
+
+    def _foreign(self, entry: dict) -> bool:
+        """A line written by another run; lines from before run ids carry none and are this run's."""
+        return self.run_id is not None and "run" in entry and entry["run"] != self.run_id
 
     def _load(self) -> None:
         raw = self.path.read_bytes()
@@ -212,8 +271,10 @@ class Memo:
                 continue
             try:
                 entry = json.loads(line)
-                if "text" in entry:
+                if "text" in entry:  # texts are named by their digest: any run's copy is the same text
                     self._texts[entry["text"]] = entry["value"]
+                elif self._foreign(entry):
+                    self.foreign += "key" in entry
                 elif "segment" in entry:
                     segment = Segment(len(self.segments), float(entry["segment"]["started"]))
                     self.segments.append(segment)
@@ -252,6 +313,13 @@ class Memo:
                 shown,
                 len(self._data),
             )
+        if self.foreign:
+            logger.warning(
+                "%s: ignored %d record(s) of another run (another run id than run.json's: lines appended from "
+                "another log_dir's journal?); this run's own results are used, the rest is paid again if needed",
+                self.path,
+                self.foreign,
+            )
         self.loaded = len(self._data)
 
     def _write(self, entries: list[dict], ready: str = "") -> None:
@@ -278,7 +346,8 @@ class Memo:
             return
         texts: dict[str, str] = {}
         encoded = _encode(value, texts)
-        line = json.dumps({"key": key, "value": encoded, "at": at}, ensure_ascii=False, default=str) + "\n"
+        entry = {"key": key, "value": encoded, "at": at, **self._tag}
+        line = json.dumps(entry, ensure_ascii=False, default=str) + "\n"
         with self._lock:
             self.segment.add(key, value, at)
             new_texts = [{"text": tid, "value": text} for tid, text in texts.items() if tid not in self._texts]
@@ -304,7 +373,8 @@ class Memo:
             self.segment.finished = True
             if self._fd is None:
                 return
-            self._write([{"segment_end": {"index": self.segment.index, "wall_time_s": self.segment.wall_time_s}}])
+            end = {"index": self.segment.index, "wall_time_s": self.segment.wall_time_s}
+            self._write([{"segment_end": end, **self._tag}])
             os.fsync(self._fd)
             os.close(self._fd)
             self._fd = None
