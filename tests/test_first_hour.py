@@ -159,7 +159,7 @@ def test_an_option_given_under_both_names_is_a_clear_error():
         AgentGrad(feedback_metric, auto=None, max_metric_calls=100, max_full_evals=2)
     with pytest.raises(ValueError, match="pass auto=None to use max_full_evals"):
         AgentGrad(feedback_metric, max_full_evals=2)
-    with pytest.raises(ValueError, match="max_full_evals must be a positive integer"):
+    with pytest.raises(ValueError, match="max_full_evals must be an integer >= 1"):
         AgentGrad(feedback_metric, auto=None, max_full_evals=0)
 
 
