@@ -476,6 +476,7 @@ class AgentGrad(Teleprompter):
             self._estimator(names, len(trainset), len(valset), max_calls, max_rounds, priced="litellm" in sys.modules),
             lambda: parts.evaluator.ledger.by_phase["validate"],
             self.config.max_score,
+            lambda: parts.evaluator.reused,
         )
         progress = ProgressBar(budget, self.progress, start_estimate.total)
         observers: list[Any] = [

@@ -135,6 +135,19 @@ def test_the_bar_follows_the_projection_and_closes_at_100_percent_with_the_stop_
         assert len({total for _, total, _ in drawn[1:-1]} - {estimate, result.metric_calls}) >= 1
 
 
+def test_after_the_first_round_the_projection_is_within_30_percent_of_the_run(caplog):
+    """The start projection knows only the validation score; the first round measures hints, blame and reuse."""
+    dspy.configure(lm=world_lm(World()))
+    train = make_data({"extract": 6, "notes": 6, "answer": 6, "none": 12})
+    val = make_data({"extract": 2, "notes": 2, "answer": 2, "none": 4}, start=100)
+    with caplog.at_level(logging.INFO, logger="dspy.agentgrad"):
+        result = AgentGrad(feedback_metric, progress=False).compile(Pipeline(), trainset=train, valset=val)
+    projected = [int(p) for p in re.findall(r"round \d+ done: .* metric calls of ~(\d+) projected", caplog.text)]
+    actual = result.detailed_results.metric_calls
+    assert len(projected) == len(result.detailed_results.rounds) and projected[-1] == actual
+    assert abs(projected[0] - actual) <= 0.3 * actual, (projected, actual)
+
+
 # ---- GEPA's names -------------------------------------------------------------------------------------------
 
 

@@ -27,7 +27,15 @@ from typing import Any
 
 from ..config import AgentGradConfig
 from ..core.clustering import min_cluster_size
-from ..core.events import AgentGradCallback, CandidateJudged, RoundEnd, RunStart, ValidationScored
+from ..core.events import (
+    AgentGradCallback,
+    AttributionDone,
+    CandidateJudged,
+    RoundEnd,
+    RoundStart,
+    RunStart,
+    ValidationScored,
+)
 from ..runtime.usage import empty_usage
 
 logger = logging.getLogger("dspy.agentgrad")
@@ -260,15 +268,20 @@ class StartEstimate(AgentGradCallback):
 
     ``estimate_from(sample, so_far=None)`` builds the :class:`Estimate`; ``validation_usage()``
     returns the task-LM usage of that pass. The failure rate is read from the score (exact for 0/1
-    metrics). A round end measures the failures blamed on each predictor in its batch (those of a
-    predictor whose rewrite the round kept count as fixed), its hard cases, and the share of
-    rewrites that won on their cluster so far.
+    metrics). The first round's attribution, when the validation pass was over before it began,
+    is measured as ``AgentGrad.estimate`` measures its sample (hinted runs per failure, blame,
+    reuse; ``reused()`` counts the runs reused so far). A round end measures the failures blamed on
+    each predictor in its batch (those of a predictor whose rewrite the round kept count as fixed),
+    its hard cases, and the share of rewrites that won on their cluster so far.
     """
 
-    def __init__(self, estimate_from, validation_usage, max_score: float):
+    def __init__(self, estimate_from, validation_usage, max_score: float, reused=lambda: 0):
         self.estimate_from = estimate_from
         self.validation_usage = validation_usage
         self.max_score = max_score
+        self.reused = reused
+        self.sample: SampleStats | None = None  # what the projections at round ends start from
+        self.first_round: tuple[int, int] | None = None  # metric calls and reused runs when round 0 began
         self.started = time.time()
         self.n_train = self.n_val = 0
         self.estimate: Estimate | None = None
@@ -285,9 +298,30 @@ class StartEstimate(AgentGradCallback):
             return
         failure_rate = min(1.0, max(0.0, 1 - event.score / self.max_score))
         sample = SampleStats(self.n_val, failure_rate, dict(self.validation_usage()), time.time() - self.started)
-        self.estimate = self.estimate_from(sample)
+        self.estimate, self.sample = self.estimate_from(sample), sample
         self.projected = self.estimate.metric_calls
         logger.info("%s", self.estimate.summary())
+
+    def on_round_start(self, event: RoundStart) -> None:
+        if event.round == 0 and self.estimate is not None:  # validated before: the round's calls are its own
+            self.first_round = (event.metric_calls, self.reused())
+
+    def on_attribution(self, event: AttributionDone) -> None:
+        if event.round != 0 or self.first_round is None or self.sample is None or not event.failures:
+            return
+        batch = len(event.report.passed) + event.failures
+        runs, reused = event.metric_calls - self.first_round[0], self.reused() - self.first_round[1]
+        fixed = sum(event.report.counts().values())
+        unfixed = runs + reused - batch - fixed
+        self.sample = SampleStats(
+            runs=runs,
+            failure_rate=event.failures / batch,
+            task_usage=self.sample.task_usage,
+            seconds=self.sample.seconds,
+            hints_per_failure=max(0.0, runs - batch) / event.failures,
+            blame={name: n / event.failures for name, n in event.report.counts().items()},
+            reuse_rate=min(1.0, reused / unfixed) if unfixed > 0 else 0.0,
+        )
 
     def _judged(self, event: CandidateJudged) -> None:
         c = event.candidate
@@ -314,7 +348,7 @@ class StartEstimate(AgentGradCallback):
                 ever=self.ever,
                 win_rate=(self.cluster_wins + 2 * CLUSTER_WIN_RATE) / (self.candidates + 2),
             )
-            self.projected = max(r.metric_calls, self.estimate_from(self.estimate.sample, so_far).metric_calls)
+            self.projected = max(r.metric_calls, self.estimate_from(self.sample, so_far).metric_calls)
         self.kept = set()
 
     def total(self) -> int | None:
