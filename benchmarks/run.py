@@ -398,6 +398,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     for noisy in ("dspy", "LiteLLM", "httpx", "gepa"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    logging.getLogger("dspy.agentgrad").setLevel(logging.DEBUG if args.verbose else logging.INFO)  # AgentGrad's story
     benches = [b.strip() for b in args.bench.split(",") if b.strip()]
     unknown = [b for b in benches if b not in BENCHMARKS]
     default = ",".join(ABLATION_OPTIMIZERS) if args.table == "ablation" else DEFAULT_OPTIMIZERS

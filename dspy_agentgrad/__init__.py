@@ -20,6 +20,7 @@ from .core.events import (
     RunStart,
     ValidationScored,
 )
+from .core.stoppers import RunStatus, ScoreThresholdStopper, TimeoutStopCondition
 from .program.hints import Hint, default_hint
 from .program.metric import MetricError
 from .program.tracing import ProgramBug
@@ -56,6 +57,9 @@ __all__ = [
     "RunEnd",
     "RunMismatch",
     "RunStart",
+    "RunStatus",
+    "ScoreThresholdStopper",
+    "TimeoutStopCondition",
     "ValidationScored",
     "auto_budget",
     "default_hint",

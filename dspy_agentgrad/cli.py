@@ -15,6 +15,8 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from .reporting.estimate import SAMPLE_SIZE
+
 ESTIMATE_HELP = """\
 MODULE:FUNC names a function that takes no arguments and returns a mapping with keys
 "optimizer" (an AgentGrad), "program", "trainset" and optionally "valset": the same
@@ -49,7 +51,12 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     estimate.add_argument("job", metavar="MODULE:FUNC", help="e.g. my_project.optimize:job")
-    estimate.add_argument("--sample-size", type=int, default=4, help="sample runs to measure (default 4)")
+    estimate.add_argument(
+        "--sample-size",
+        type=int,
+        default=SAMPLE_SIZE,
+        help=f"training examples to run and attribute (default {SAMPLE_SIZE}, as AgentGrad.estimate)",
+    )
     estimate.add_argument("--json", action="store_true", help="print the estimate as JSON")
     return parser
 

@@ -79,6 +79,7 @@ class AgentGradConfig:
 
     auto: str | None = "light"
     max_metric_calls: int | None = None
+    max_full_evals: int | None = None  # GEPA's budget unit: passes over train + validation
     max_rounds: int | None = None
     max_prompt_tokens: int | None = None
     max_prompt_cost: float | None = None
@@ -134,14 +135,19 @@ class AgentGradConfig:
         """Raise a ValueError that says how to fix the first bad option."""
         if self.auto is not None and self.auto not in AUTO_CANDIDATES:
             raise ValueError(f"auto must be one of {sorted(AUTO_CANDIDATES)} or None; got {self.auto!r}")
-        if self.auto is not None and self.max_metric_calls is not None:
+        for name in ("max_metric_calls", "max_full_evals"):
+            value = getattr(self, name)
+            if self.auto is not None and value is not None:
+                raise ValueError(
+                    f"auto={self.auto!r} and {name}={value} both set the budget; pass auto=None to use {name}"
+                )
+        if self.max_metric_calls is not None and self.max_full_evals is not None:
+            raise ValueError("max_metric_calls and max_full_evals both set the budget; pass one of them")
+        if all(v is None for v in (self.auto, self.max_metric_calls, self.max_full_evals, self.max_rounds)):
             raise ValueError(
-                f"auto={self.auto!r} and max_metric_calls={self.max_metric_calls} both set the budget; "
-                "pass auto=None to use max_metric_calls"
+                "no budget: set auto ('light', 'medium', 'heavy'), max_metric_calls, max_full_evals, or max_rounds"
             )
-        if self.auto is None and self.max_metric_calls is None and self.max_rounds is None:
-            raise ValueError("no budget: set auto ('light', 'medium', 'heavy'), max_metric_calls, or max_rounds")
-        for name in ("max_metric_calls", "max_rounds", "max_prompt_tokens"):
+        for name in ("max_metric_calls", "max_full_evals", "max_rounds", "max_prompt_tokens"):
             check_int(name, getattr(self, name), 1, optional=True)
         for name in ("num_threads", "train_batch_size", "retry_attempts", "eval_chunk_size", "max_field_chars"):
             check_int(name, getattr(self, name), 1)

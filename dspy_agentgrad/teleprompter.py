@@ -28,16 +28,18 @@ from .core.attribution import HintFn
 from .core.engine import RoundEngine
 from .core.events import Dispatcher
 from .core.state import RunState
+from .core.stoppers import Stoppers, check_stop_callbacks
 from .identity import adapter_identity, check_lm, lm_identity, metric_identity, prompts_digest
 from .program.evaluation import Evaluator
 from .program.hints import default_hint
 from .program.metric import Metric
 from .program.tracing import ProgramRunner
-from .reporting.estimate import Estimate, SampleStats, StartEstimate, build_estimate
-from .reporting.observers import ProgressBar, StateSnapshot
+from .reporting.estimate import SAMPLE_SIZE, Estimate, RunSoFar, SampleStats, StartEstimate, build_estimate
+from .reporting.observers import ProgressBar, RunLog, StateSnapshot
 from .reporting.report import write_report
 from .reporting.results import AgentGradResult, AttributionReport
 from .reporting.tracking import MlflowTracker, import_mlflow
+from .reporting.wandb_tracking import WandbSettings, WandbTracker, import_wandb
 from .roles.instruction_proposer import InstructionProposer
 from .roles.proposer import Proposer
 from .runtime.budget import Budget
@@ -49,7 +51,7 @@ from .runtime.run_lock import LogDirLock
 from .runtime.store import Memo, atomic_write_json, check_fingerprint
 from .runtime.usage import UsageLedger
 
-logger = logging.getLogger("dspy_agentgrad")
+logger = logging.getLogger("dspy.agentgrad")
 
 FORMAT_VERSION = 2  # 2: the fingerprint holds the metric, the LMs and the prompts
 
@@ -60,6 +62,28 @@ def _with_instructions(student: dspy.Module, instructions: dict[str, str]) -> ds
     for name, predictor in program.named_predictors():
         predictor.signature = predictor.signature.with_instructions(instructions[name])
     return program
+
+
+def _alias(name: str, value: Any, gepa_name: str, gepa_value: Any) -> Any:
+    """One option given under its name or under dspy.GEPA's name for it; both is an error."""
+    if gepa_value is None:
+        return value
+    if value is not None:
+        raise ValueError(f"{name}= and {gepa_name}= are one option ({gepa_name} is dspy.GEPA's name for it); pass one")
+    return gepa_value
+
+
+def _takes_one_argument(fn: Any) -> bool:
+    """Whether ``fn`` can be called with one positional argument (True when its signature cannot be read)."""
+    if not callable(fn):
+        return False
+    try:
+        inspect.signature(fn).bind(None)
+    except TypeError:
+        return False
+    except ValueError:  # no signature to read (some builtins)
+        return True
+    return True
 
 
 def _signature_text(predictor: dspy.Predict) -> str:
@@ -101,11 +125,21 @@ class AgentGrad(Teleprompter):
         hint_fn: HintFn | None = None,
         log_dir: str | Path | None = None,
         callbacks: list[Any] | None = None,
+        stop_callbacks: Any = None,
         progress: bool = True,
+        verbose: bool = False,
         instruction_proposer: InstructionProposer | None = None,
         embedder: Any = None,
+        use_wandb: bool = False,
+        wandb_api_key: str | None = None,
+        wandb_init_kwargs: dict[str, Any] | None = None,
+        reflection_lm: Any = None,
+        perfect_score: float | None = None,
         **options: Any,
     ):
+        prompt_model = _alias("prompt_model", prompt_model, "reflection_lm", reflection_lm)
+        if perfect_score is not None:
+            options["max_score"] = _alias("max_score", options.get("max_score"), "perfect_score", perfect_score)
         self.config = AgentGradConfig.from_options(**options)  # the other options: AgentGradConfig's fields
         super().__init__()
         self.metric = metric
@@ -117,8 +151,12 @@ class AgentGrad(Teleprompter):
         self.hint_fn = hint_fn
         check_lm(prompt_model, "prompt_model")
         check_lm(task_model, "task_model")
-        if instruction_proposer is not None and not callable(instruction_proposer):
-            raise TypeError("instruction_proposer must be callable as instruction_proposer(request) -> str | None")
+        if instruction_proposer is not None and not _takes_one_argument(instruction_proposer):
+            raise TypeError(
+                "instruction_proposer must be callable as instruction_proposer(request) -> str | None, with a "
+                "dspy_agentgrad.RewriteRequest (dspy.GEPA's instruction_proposer, a function of the candidate, "
+                "the reflective dataset and the components to update, is another protocol)"
+            )
         self.instruction_proposer = instruction_proposer
         self.embedder = embedder_function(embedder, self.config.clustering)
         self.prompt_model = prompt_model
@@ -127,10 +165,15 @@ class AgentGrad(Teleprompter):
         # not ``self.callbacks``: DSPy would call those as its own callbacks around compile()
         self.event_callbacks = list(callbacks or [])
         Dispatcher(self.event_callbacks)  # checks them now, not mid-run
+        self.stop_callbacks = check_stop_callbacks(stop_callbacks)
         self.progress = progress
+        self.verbose = verbose
+        self.wandb = WandbSettings(use_wandb, wandb_api_key, dict(wandb_init_kwargs or {}))
         self.config.validate()
         if self.config.use_mlflow:
             import_mlflow()  # fail now, with the install hint, not after paid work
+        if self.wandb.enabled:
+            import_wandb()
 
     def get_params(self) -> dict[str, Any]:
         """Every option of this optimizer (DSPy's teleprompter protocol), the config's included."""
@@ -245,10 +288,20 @@ class AgentGrad(Teleprompter):
             random.Random(self.config.seed).shuffle(shuffled)
             cut = max(1, len(shuffled) // 3)
             valset, trainset = shuffled[:cut], shuffled[cut:]
+            logger.info(
+                "no valset given: holding out %d of the %d training examples for validation (a third, shuffled "
+                "with seed=%d); AgentGrad learns from the other %d. Pass valset= to choose them.",
+                len(valset),
+                len(shuffled),
+                self.config.seed,
+                len(trainset),
+            )
         valset = check_examples(valset, "valset")
         max_calls, max_rounds = self.config.max_metric_calls, self.config.max_rounds
         if self.config.auto is not None:
             max_calls = auto_budget(self.config.auto, len(names), len(valset))
+        if self.config.max_full_evals is not None:  # as dspy.GEPA counts a full evaluation: train + validation
+            max_calls = self.config.max_full_evals * (len(trainset) + len(valset))
         return names, trainset, valset, max_calls, max_rounds
 
     def _estimator(
@@ -286,7 +339,7 @@ class AgentGrad(Teleprompter):
             )
             worst = worst if max_calls is None else min(worst, max_calls)
 
-        def estimate_from(sample: SampleStats) -> Estimate:
+        def estimate_from(sample: SampleStats, so_far: RunSoFar | None = None) -> Estimate:
             return build_estimate(
                 self.config,
                 sample,
@@ -298,6 +351,7 @@ class AgentGrad(Teleprompter):
                 max_rounds=max_rounds,
                 worst_case=worst,
                 prices=prices,
+                so_far=so_far,
             )
 
         return estimate_from
@@ -309,7 +363,7 @@ class AgentGrad(Teleprompter):
         *,
         trainset: list[dspy.Example],
         valset: list[dspy.Example] | None = None,
-        sample_size: int = 8,
+        sample_size: int = SAMPLE_SIZE,
     ) -> Estimate:
         """Projected cost of ``compile(program, trainset=..., valset=...)`` before paying for it.
 
@@ -329,7 +383,7 @@ class AgentGrad(Teleprompter):
         failures = sum(o.score < self.config.max_score for o in attribution.outcomes)
         ledger = parts.evaluator.ledger.to_dict()
         runs, reused = parts.budget.metric_calls, parts.evaluator.reused
-        hinted = runs + reused - len(sample)
+        unfixed = runs + reused - len(sample) - sum(report.counts().values())  # hinted runs that fixed nothing
         stats = SampleStats(
             runs=runs,
             failure_rate=failures / len(sample),
@@ -337,7 +391,7 @@ class AgentGrad(Teleprompter):
             seconds=seconds,
             hints_per_failure=(runs - len(sample)) / failures if failures else None,
             blame={name: n / failures for name, n in report.counts().items()} if failures else None,
-            reuse_rate=reused / hinted if hinted > 0 else 0.0,
+            reuse_rate=min(1.0, reused / unfixed) if unfixed > 0 else 0.0,
         )
         return self._estimator(names, len(trainset), len(valset), max_calls, max_rounds)(stats)
 
@@ -429,12 +483,21 @@ class AgentGrad(Teleprompter):
             self._estimator(names, len(trainset), len(valset), max_calls, max_rounds, priced="litellm" in sys.modules),
             lambda: parts.evaluator.ledger.by_phase["validate"],
             self.config.max_score,
+            lambda: parts.evaluator.reused,
         )
-        observers: list[Any] = [ProgressBar(budget, self.progress), start_estimate]
+        progress = ProgressBar(budget, self.progress, start_estimate.total)
+        observers: list[Any] = [
+            start_estimate,
+            progress,
+            RunLog(self.verbose, start_estimate.total),
+            Stoppers(self.stop_callbacks),
+        ]
         if self.config.use_mlflow:
             observers.append(
                 MlflowTracker(options, snapshot, lambda r: _with_instructions(student, r.final_instructions))
             )
+        if self.wandb.enabled:
+            observers.append(WandbTracker(self.wandb, options, snapshot))
         if self.log_dir is not None:
             observers.append(StateSnapshot(self.log_dir / "state.json", snapshot))
         engine = self._engine(parts, trainset, valset, state, observers + self.event_callbacks)
@@ -449,6 +512,7 @@ class AgentGrad(Teleprompter):
             engine.run(max_rounds, resumed)
         finally:
             memo.close()
+            progress.close()
         if state.interrupted:
             logger.warning(
                 "AgentGrad interrupted: returning the best program so far%s",
@@ -456,12 +520,6 @@ class AgentGrad(Teleprompter):
                 if self.log_dir
                 else "",
             )
-        logger.info(
-            "AgentGrad stopped: %s; validation %.4f -> %.4f",
-            state.stop_reason,
-            state.initial_val_score or 0.0,
-            state.best_val_score or 0.0,
-        )
         outcome = snapshot()
         unchanged = outcome.why_unchanged()
         if unchanged:

@@ -415,7 +415,7 @@ def test_an_unchanged_program_comes_with_the_reason(caplog):
 
     dspy.configure(lm=fake_lm(lambda call: {f: "wrong" for f in call.output_fields}))
     data = [dspy.Example(q=f"q{i}", y=f"y{i}").with_inputs("q") for i in range(8)]
-    with caplog.at_level("WARNING", logger="dspy_agentgrad"):
+    with caplog.at_level("WARNING", logger="dspy.agentgrad"):
         result = (
             optimizer(lambda e, p: float(p.y == e.y), max_rounds=2)
             .compile(Two(), trainset=data[:5], valset=data[5:])

@@ -33,10 +33,12 @@ def world():
 RUNS = {
     "3 rounds": (dict(auto=None, max_rounds=3), {"extract": 4, "notes": 4, "answer": 4, "none": 4}),
     # auto="light" is GEPA's budget (1,195 calls here) with no round limit; 4 rounds as before the
-    # budget followed GEPA's. An uncapped run is projected less well: ~254 estimated vs 152 spent.
+    # budget followed GEPA's
     "auto light, 4 rounds": (dict(max_rounds=4), {"extract": 6, "notes": 6, "answer": 6, "none": 12}),
     "cap 150": (dict(auto=None, max_metric_calls=150), {"extract": 6, "notes": 6, "answer": 6, "none": 12}),
 }
+# with reuse, also a run that only its own convergence stops (GEPA's budget is ten times what it spends)
+REUSE_RUNS = {**RUNS, "auto light": (dict(), {"extract": 6, "notes": 6, "answer": 6, "none": 12})}
 
 
 @pytest.mark.parametrize("name", sorted(RUNS))
@@ -50,15 +52,33 @@ def test_estimated_metric_calls_are_within_30_percent_of_the_run(world, name):
     )
 
 
-@pytest.mark.parametrize("name", sorted(RUNS))
-def test_with_reuse_the_estimate_stays_above_the_run_and_within_twice_it(world, name):
-    """With reuse (the default) the checks cost only the runs whose output changes: the estimate takes
-    the share from the sample's hinted runs, an underestimate of the share reused on validation in this
-    world, and its rounds converge more slowly than the run does. Here it errs high, by less than 2x."""
-    options, train_kinds = RUNS[name]
+@pytest.mark.parametrize("name", sorted(REUSE_RUNS))
+def test_with_reuse_the_estimate_is_within_30_percent_of_the_run(world, name):
+    """With reuse (the default) a check costs only the runs whose output changes: the estimate takes the
+    share from the sample's hinted runs that fixed nothing."""
+    options, train_kinds = REUSE_RUNS[name]
     estimate, result = _estimate_and_run(options, train_kinds, reuse_calls=True)
     assert result.reused_runs > 0
-    assert result.metric_calls <= estimate.metric_calls < 2 * result.metric_calls, (
+    assert abs(estimate.metric_calls - result.metric_calls) <= 0.3 * result.metric_calls, (
+        estimate.summary(),
+        result.metric_calls,
+    )
+
+
+@pytest.mark.parametrize("options", [dict(), dict(auto=None, max_rounds=4)], ids=["auto light", "4 rounds"])
+def test_on_the_synthetic_benchmark_the_estimate_is_within_30_percent_of_the_run(options):
+    from benchmarks.synthetic import load_benchmark
+    from benchmarks.synthetic.world import SyntheticWorld
+    from dspy_agentgrad.testing import fake_lm
+
+    bench = load_benchmark(train=50, val=30, test=0, n_steps=4)
+    agent = AgentGrad(bench.metric, hint_fn=bench.hint, **FAST, **options)
+    dspy.configure(lm=fake_lm(SyntheticWorld(task_s=0, prompt_s=0)))
+    estimate = agent.estimate(bench.make_program(), trainset=bench.trainset, valset=bench.valset)
+    dspy.configure(lm=fake_lm(SyntheticWorld(task_s=0, prompt_s=0)))  # nothing cached from the estimate
+    result = agent.compile(bench.make_program(), trainset=bench.trainset, valset=bench.valset).detailed_results
+    assert result.reused_runs > 0
+    assert abs(estimate.metric_calls - result.metric_calls) <= 0.3 * result.metric_calls, (
         estimate.summary(),
         result.metric_calls,
     )
@@ -111,7 +131,7 @@ def test_usd_and_wall_time_follow_the_measured_sample():
 def test_compile_logs_the_estimate_at_its_start(world, caplog):
     train = make_data({"extract": 3, "notes": 3, "none": 3})
     val = make_data({"extract": 2, "none": 2}, start=100)
-    with caplog.at_level(logging.INFO, logger="dspy_agentgrad"):
+    with caplog.at_level(logging.INFO, logger="dspy.agentgrad"):
         AgentGrad(feedback_metric, auto=None, max_rounds=1, **FAST).compile(Pipeline(), trainset=train, valset=val)
     lines = [r.getMessage() for r in caplog.records]
     first_round = next(i for i, line in enumerate(lines) if line.startswith("round 0"))

@@ -240,7 +240,7 @@ def test_a_damaged_journal_line_is_skipped_and_every_later_record_kept(tmp_path,
     damaged = next(n for n, line in enumerate(lines) if '"key": "k2"' in line)
     lines[damaged] = lines[damaged][: len(lines[damaged]) // 2]
     path.write_text("\n".join(lines) + "\n")
-    with caplog.at_level(logging.WARNING, logger="dspy_agentgrad"):
+    with caplog.at_level(logging.WARNING, logger="dspy.agentgrad"):
         again = Memo(tmp_path)
     assert again.dropped == 1 and again.loaded == 5
     kept = {f"k{i}": again.get(f"k{i}") for i in range(6)}

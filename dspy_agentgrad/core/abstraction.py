@@ -17,7 +17,7 @@ from ..runtime.parallel import parallel_map
 from .clustering import GradientGroup, embedding_groups, random_minibatches, tfidf_groups
 from .state import AttributionRecord, AttributionReport, Cluster, Gradient
 
-logger = logging.getLogger("dspy_agentgrad")
+logger = logging.getLogger("dspy.agentgrad")
 
 
 class Abstraction:

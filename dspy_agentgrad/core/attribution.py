@@ -21,7 +21,7 @@ from ..program.runs import Outcome
 from ..runtime.budget import BudgetExhausted
 from .state import AttributionRecord, AttributionReport
 
-logger = logging.getLogger("dspy_agentgrad")
+logger = logging.getLogger("dspy.agentgrad")
 
 #: Share of a round's first hinted runs that must come out unchanged (reused, no metric call) before the
 #: attributor runs the hinted runs the sequential procedure may still need all at once (see ``attribute``).

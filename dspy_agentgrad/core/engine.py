@@ -38,13 +38,14 @@ from .events import (
     RoundStart,
     RunEnd,
     RunStart,
+    StopRun,
     ValidationScored,
 )
 from .rewriting import Rewriter
 from .speculation import Speculation
 from .state import CandidateRecord, Cluster, RoundRecord, RunState
 
-logger = logging.getLogger("dspy_agentgrad")
+logger = logging.getLogger("dspy.agentgrad")
 
 
 class BatchSampler:
@@ -150,8 +151,9 @@ class RoundEngine:
         """Validate the starting program, then run rounds until a stop rule holds; returns the reason.
 
         Stops: ``max_rounds``; no failure left when the batch is the whole training set; a budget
-        cap (the step that would exceed it is not started); as many rounds in a row without a metric
-        call as the cluster schedule is long (nothing new was run or scored: nothing left to learn); Ctrl-C.
+        cap (the step that would exceed it is not started); a callback's :class:`StopRun`; as many rounds
+        in a row without a metric call as the cluster schedule is long (nothing new was run or scored:
+        nothing left to learn); Ctrl-C.
 
         The starting program's validation pass is needed first by the first candidate's check, so
         with several threads it runs beside the first round's attribution and proposals (sharing
@@ -178,6 +180,8 @@ class RoundEngine:
                 self.finish_validation()
             except BudgetExhausted as stop:
                 self.state.stop_reason = f"budget exhausted ({stop})"
+            except StopRun as stop:
+                self.state.stop_reason = str(stop)
             except KeyboardInterrupt:
                 self.state.interrupted, self.state.stop_reason = True, "interrupted (KeyboardInterrupt)"
             finally:
@@ -226,7 +230,6 @@ class RoundEngine:
         self.state.set_best(outcomes)
         self.state.initial_val_score = self.state.best_val_score
         self.state.val_history.append((len(self.valset), self.state.best_val_score))
-        logger.info("initial validation score %.4f on %d examples", self.state.best_val_score, len(self.valset))
         self.emit(
             "on_validation_scored",
             ValidationScored(None, self.state.best_val_score, self.state.best_val_score, len(self.valset)),
@@ -280,18 +283,6 @@ class RoundEngine:
             explained_cumulative=report.explained_cumulative,
         )
         self.state.rounds.append(record)
-        logger.info(
-            "round %d: %d/%d failures, attributed %s, %d hard, %d gradients -> %d clusters (min size %d), %d waiting",
-            r,
-            failures,
-            len(batch),
-            report.counts(),
-            len(report.hard_cases),
-            len(fresh),
-            len(ready),
-            minimum,
-            len(self.state.waiting),
-        )
         self.speculation.prefetch_rewrites(ready)
         if attribution.speculated:
             self.finish_validation()  # the stacked checks run against the starting program's scores
@@ -301,18 +292,6 @@ class RoundEngine:
             self.state.candidates.append(candidate)
             record.candidates += 1
             record.accepted += candidate.accepted
-            logger.info(
-                "round %d: %s update for %s (cluster of %d): %s; cluster %s -> %s, val %s (best %.4f)",
-                r,
-                "ACCEPTED" if candidate.accepted else "rejected",
-                cluster.predictor,
-                len(cluster.members),
-                candidate.reason,
-                candidate.cluster_score_before,
-                candidate.cluster_score_after,
-                candidate.val_score,
-                self.state.best_val_score,
-            )
             judged = CandidateJudged(candidate, self.state.best_val_score, self.budget.metric_calls)
             self.emit("on_candidate_accepted" if candidate.accepted else "on_candidate_rejected", judged)
         record.best_val_score = self.state.best_val_score

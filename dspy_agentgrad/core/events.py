@@ -6,7 +6,7 @@ and override the methods you need (every method is optional and does nothing by
 default). The progress bar and the ``state.json`` snapshot are callbacks too.
 
 A callback that raises is logged and the run goes on: observing a run must not
-end it.
+end it, unless it raises :class:`StopRun` on purpose (the stop callbacks do).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 
 from .state import AttributionReport, CandidateRecord, RoundRecord
 
-logger = logging.getLogger("dspy_agentgrad")
+logger = logging.getLogger("dspy.agentgrad")
 
 
 @dataclass(frozen=True)
@@ -133,6 +133,10 @@ class AgentGradCallback:
         """Called once when the run stops, for any reason (Ctrl-C included)."""
 
 
+class StopRun(Exception):  # noqa: N818 -- a request, not an error
+    """Raised by a callback to end the run after the step under way; the message is the stop reason."""
+
+
 EVENT_METHODS = tuple(name for name in vars(AgentGradCallback) if name.startswith("on_"))
 
 
@@ -156,6 +160,8 @@ class Dispatcher:
                 continue
             try:
                 handler(event)
+            except StopRun:
+                raise
             except Exception:
                 if (id(callback), method) not in self._warned:
                     self._warned.add((id(callback), method))

@@ -23,7 +23,7 @@ from .acceptance import Acceptance
 from .rewriting import Rewriter
 from .state import Cluster, RunState
 
-logger = logging.getLogger("dspy_agentgrad")
+logger = logging.getLogger("dspy.agentgrad")
 
 Chain = tuple[dspy.Example, list[dict[str, str]]]
 

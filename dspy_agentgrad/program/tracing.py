@@ -49,7 +49,7 @@ from ..runtime.usage import empty_usage, track
 from .metric import Metric, MetricError, check_score_range
 from .runs import Execution, Outcome, Reference, Step
 
-logger = logging.getLogger("dspy_agentgrad")
+logger = logging.getLogger("dspy.agentgrad")
 
 
 HINT_HEADER = "Hint for this example only (use it to produce a correct output):"

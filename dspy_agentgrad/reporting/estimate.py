@@ -20,21 +20,31 @@ It is an estimate, not a bound: the worst case (``worst_case_metric_calls``) is 
 from __future__ import annotations
 
 import logging
+import math
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..config import AgentGradConfig
 from ..core.clustering import min_cluster_size
-from ..core.events import AgentGradCallback, RunStart, ValidationScored
+from ..core.events import (
+    AgentGradCallback,
+    AttributionDone,
+    CandidateJudged,
+    RoundEnd,
+    RoundStart,
+    RunStart,
+    ValidationScored,
+)
 from ..runtime.usage import empty_usage
 
-logger = logging.getLogger("dspy_agentgrad")
+logger = logging.getLogger("dspy.agentgrad")
 
 CLUSTER_WIN_RATE = 0.5  # share of rewrites that beat the old instruction on their cluster (then validated)
 ROLE_OVERHEAD_TOKENS = 300  # a prompt-LM role's own instructions and field names
 ROLE_COMPLETION_TOKENS = 150  # a gradient, a cluster list or an instruction
 MAX_PROJECTED_ROUNDS = 100  # when only max_metric_calls bounds the run
+SAMPLE_SIZE = 8  # training examples ``AgentGrad.estimate`` and ``agentgrad estimate`` run by default
 
 
 @dataclass
@@ -47,8 +57,9 @@ class SampleStats:
     seconds: float = 0.0
     hints_per_failure: float | None = None  # hinted runs per failure, when attribution was sampled
     blame: dict[str, float] | None = None  # share of failures attributed to each predictor, likewise
-    # share of hinted runs whose output came out as the unhinted run's (their score reused, no metric
-    # call): how often a change to one predictor leaves the program's output as it was
+    # share of the hinted runs that did not fix their failure whose output came out as the unhinted
+    # run's (their score reused, no metric call): how often a change to one predictor that does not
+    # fix an example leaves the program's output as it was
     reuse_rate: float = 0.0
 
     def per_run(self, key: str) -> float:
@@ -86,8 +97,19 @@ class Estimate:
             f"AgentGrad estimate: ~{self.metric_calls} metric calls{cap} over ~{self.rounds} rounds "
             f"(worst case {self.worst_case_metric_calls}); task LM ~{self.task_lm_calls} calls, "
             f"~{self.task_tokens} tokens; prompt LM ~{self.prompt_lm_calls} calls, ~{self.prompt_tokens} tokens; "
-            f"cost {usd}; wall time ~{self.wall_time_s:.0f} s at num_threads={self.num_threads} "
-            f"(from {self.sample.runs} sample runs, failure rate {self.sample.failure_rate:.2f})"
+            f"cost {usd}; wall time ~{self.wall_time_s:.0f} s at num_threads={self.num_threads} ({self._basis()})"
+        )
+
+    def _basis(self) -> str:
+        s = self.sample
+        if s.hints_per_failure is None and s.blame is None:
+            return (
+                f"from the validation pass: {s.failure_rate:.0%} of {s.runs} examples failed; hints, blame and "
+                "reuse not measured yet, projected again at each round end"
+            )
+        return (
+            f"from {s.runs} sample runs: {s.failure_rate:.0%} of the sampled examples failed, "
+            f"{s.reuse_rate:.0%} of the hinted runs that fixed nothing were reused"
         )
 
 
@@ -96,6 +118,19 @@ class _Tally:
     metric_calls: float = 0.0
     prompt_calls: float = 0.0
     rounds: int = 0
+
+
+@dataclass
+class RunSoFar:
+    """Where a run stands after some rounds, for a projection of the rest (see :class:`StartEstimate`)."""
+
+    rounds: int
+    metric_calls: int
+    rates: dict[str, float]  # the last batch's failures blamed on each predictor, per example, after its rewrites
+    hard: float  # the last batch's hard cases per example
+    current: float  # training examples run under the current instructions
+    ever: float  # training examples run at all
+    win_rate: float  # share of rewrites that won on their cluster so far (shrunk toward CLUSTER_WIN_RATE)
 
 
 def project_calls(
@@ -107,47 +142,74 @@ def project_calls(
     max_metric_calls: int | None,
     max_rounds: int | None,
     sample: SampleStats,
+    so_far: RunSoFar | None = None,
 ) -> _Tally:
-    """Metric calls and prompt-LM calls of the rounds played forward from what the sample measured.
+    """Metric calls and prompt-LM calls of the rounds played forward from what the sample measured
+    (from the start, or from ``so_far``: the rounds run, with the rates they measured).
 
-    Expected values per round: the batch's examples not yet run under the current instructions
-    (runs are cached until an accepted rewrite changes the program), their failures and hints,
-    and per trainable predictor a candidate when its share of the gradients (plus those waiting
-    from earlier rounds) reaches the round's minimum cluster size.
+    Expected values per round. The batch's examples not yet run under the current instructions
+    are run: one metric call for an example never run, for one run before only when its output
+    changes (``1 - reuse_rate``). Their failures are hinted (a cached failure's hints are free).
+    Per trainable predictor a candidate when its share of the batch's failures (plus those waiting
+    from earlier rounds) reaches the round's minimum cluster size; its check runs the cluster under
+    the rewrite and, when it wins there (``CLUSTER_WIN_RATE``), the validation examples whose output
+    the rewrite changes: those failing for that predictor, and the others when a change shows.
     """
     batch = min(config.train_batch_size, n_train)
     hints = sample.hints_per_failure if sample.hints_per_failure is not None else (len(predictors) + 1) / 2
     blame = sample.blame if sample.blame is not None else {name: 1 / len(predictors) for name in predictors}
+    change = 1 - sample.reuse_rate  # a run under another program, not fixed by it: share whose output changes
     waiting = dict.fromkeys(predictors, 0.0)  # gradients below the minimum wait for a later round
     tally = _Tally(metric_calls=n_val)
-    rate, seen, idle = sample.failure_rate, 0.0, 0
+    # failure rates: per predictor (fixable by rewriting it) and of the hard cases (no rewrite fixes them)
+    rates = {name: sample.failure_rate * blame.get(name, 0.0) for name in predictors}
+    hard = sample.failure_rate * max(0.0, 1 - sum(blame.values()))
+    current, ever, idle, win = 0.0, 0.0, 0, CLUSTER_WIN_RATE
+    if so_far is not None:
+        tally = _Tally(metric_calls=so_far.metric_calls, rounds=so_far.rounds)
+        rates, hard = {name: so_far.rates.get(name, 0.0) for name in predictors}, so_far.hard
+        current, ever, win = so_far.current, so_far.ever, so_far.win_rate
     limit = max_rounds if max_rounds is not None else MAX_PROJECTED_ROUNDS
     while tally.rounds < limit:
+        rate = hard + sum(rates.values())
         if rate * batch < 0.5 and batch == n_train:
             break  # the engine stops: no failure left on the training set
-        fresh = max(0.0, min(batch, n_train - seen))
-        failures = rate * fresh
+        if sum(rates.values()) * batch + sum(waiting.values()) < 0.5:
+            # no gradient left to learn from: the engine runs the rest of the training set under the
+            # final program, then stops after rounds without a metric call
+            rest = n_train - current
+            sweep = math.ceil(rest / batch - 0.01) + len(config.cluster_schedule)
+            if max_metric_calls is not None:
+                rest = min(rest, max(0.0, max_metric_calls - tally.metric_calls))
+            tally.metric_calls += max(0.0, n_train - ever) + (rest - max(0.0, n_train - ever)) * change
+            tally.rounds = min(limit, tally.rounds + sweep)
+            break
+        fresh = max(0.0, min(batch, n_train - current))
+        new = max(0.0, min(fresh, n_train - ever))
+        spent = new + (fresh - new) * change + sum(rates.values()) * fresh * hints
         minimum = min_cluster_size(config.cluster_schedule, tally.rounds)
-        spent, gradients, candidates, fixed_share = fresh + failures * hints, 0.0, 0, 0.0
+        gradients, candidates = 0.0, 0.0
         for name in [n for n in predictors if n in trainable]:
-            pool = blame.get(name, 0.0) * failures + waiting[name]
-            gradients += blame.get(name, 0.0) * failures
-            if pool >= max(minimum, 0.5):
-                # its cluster under the rewrite; under the current program again when an earlier rewrite
-                # of the round changed it; the validation set when it wins on its cluster
-                spent += (1 - sample.reuse_rate) * (pool + CLUSTER_WIN_RATE * (pool + n_val))
-                candidates, fixed_share, waiting[name] = candidates + 1, fixed_share + blame.get(name, 0.0), 0.0
-            else:
+            pool = rates[name] * batch + waiting[name]
+            gradients += rates[name] * batch
+            if pool < max(minimum, 0.5):
                 waiting[name] = pool
+                continue
+            changed_val = n_val * (rates[name] + (1 - rates[name]) * change)
+            spent += pool + win * changed_val
+            candidates, waiting[name] = candidates + 1, 0.0
+            rates[name] *= 1 - win  # an accepted rewrite fixes the failures blamed on its predictor
+            if rates[name] * n_train < 1:
+                rates[name] = 0.0  # not one failure of it left in the training set
         if max_metric_calls is not None and tally.metric_calls + spent > max_metric_calls:
             tally.metric_calls, tally.rounds = max_metric_calls, tally.rounds + 1  # stops at the step that won't fit
             break
         tally.metric_calls += spent
         tally.prompt_calls += gradients + min(len(trainable), gradients) + candidates  # gradients, grouping, rewrites
         tally.rounds += 1
-        rate *= 1 - CLUSTER_WIN_RATE * fixed_share  # an accepted rewrite fixes the failures blamed on its predictor
-        seen = min(n_train, seen + fresh) * (1 - CLUSTER_WIN_RATE) ** candidates
-        idle = idle + 1 if fresh < 0.5 else 0
+        ever = min(n_train, ever + fresh)
+        current = min(n_train, current + fresh) * (1 - win) ** candidates
+        idle = idle + 1 if spent < 0.5 else 0
         if idle >= len(config.cluster_schedule):
             break  # the engine stops: rounds without a new program run
     return tally
@@ -165,9 +227,10 @@ def build_estimate(
     max_rounds: int | None,
     worst_case: int,
     prices: dict[str, Any],
+    so_far: RunSoFar | None = None,
 ) -> Estimate:
     """``prices`` maps "task"/"prompt" to a usage -> USD function, or to None when unpriced."""
-    tally = project_calls(config, predictors, trainable, n_train, n_val, max_metric_calls, max_rounds, sample)
+    tally = project_calls(config, predictors, trainable, n_train, n_val, max_metric_calls, max_rounds, sample, so_far)
     runs = round(tally.metric_calls)
     task_usage = {k: round(sample.per_run(k) * runs) for k in ("calls", "prompt_tokens", "completion_tokens")}
     step_tokens = sample.per_run("prompt_tokens") / max(1.0, sample.per_run("calls"))
@@ -200,27 +263,94 @@ def build_estimate(
 
 
 class StartEstimate(AgentGradCallback):
-    """Logs an estimate at the start of ``compile``, measured on the first validation pass (no extra spend).
+    """Logs an estimate at the start of ``compile``, measured on the first validation pass (no extra spend),
+    and projects the run again at each round end from what the rounds measured (:meth:`total`).
 
-    ``estimate_from(sample)`` builds the :class:`Estimate`; ``validation_usage()`` returns the
-    task-LM usage of that pass. The failure rate is read from the score (exact for 0/1 metrics).
+    ``estimate_from(sample, so_far=None)`` builds the :class:`Estimate`; ``validation_usage()``
+    returns the task-LM usage of that pass. The failure rate is read from the score (exact for 0/1
+    metrics). The first round's attribution, when the validation pass was over before it began,
+    is measured as ``AgentGrad.estimate`` measures its sample (hinted runs per failure, blame,
+    reuse; ``reused()`` counts the runs reused so far). A round end measures the failures blamed on
+    each predictor in its batch (those of a predictor whose rewrite the round kept count as fixed),
+    its hard cases, and the share of rewrites that won on their cluster so far.
     """
 
-    def __init__(self, estimate_from, validation_usage, max_score: float):
+    def __init__(self, estimate_from, validation_usage, max_score: float, reused=lambda: 0):
         self.estimate_from = estimate_from
         self.validation_usage = validation_usage
         self.max_score = max_score
+        self.reused = reused
+        self.sample: SampleStats | None = None  # what the projections at round ends start from
+        self.first_round: tuple[int, int] | None = None  # metric calls and reused runs when round 0 began
         self.started = time.time()
-        self.n_val = 0
+        self.n_train = self.n_val = 0
         self.estimate: Estimate | None = None
+        self.projected: int | None = None
+        self.current = self.ever = 0.0
+        self.cluster_wins = self.candidates = 0
+        self.kept: set[str] = set()
 
     def on_run_start(self, event: RunStart) -> None:
-        self.started, self.n_val = time.time(), event.n_val
+        self.started, self.n_train, self.n_val = time.time(), event.n_train, event.n_val
 
     def on_validation_scored(self, event: ValidationScored) -> None:
         if event.candidate is not None or self.estimate is not None:
             return
         failure_rate = min(1.0, max(0.0, 1 - event.score / self.max_score))
         sample = SampleStats(self.n_val, failure_rate, dict(self.validation_usage()), time.time() - self.started)
-        self.estimate = self.estimate_from(sample)
+        self.estimate, self.sample = self.estimate_from(sample), sample
+        self.projected = self.estimate.metric_calls
         logger.info("%s", self.estimate.summary())
+
+    def on_round_start(self, event: RoundStart) -> None:
+        if event.round == 0 and self.estimate is not None:  # validated before: the round's calls are its own
+            self.first_round = (event.metric_calls, self.reused())
+
+    def on_attribution(self, event: AttributionDone) -> None:
+        if event.round != 0 or self.first_round is None or self.sample is None or not event.failures:
+            return
+        batch = len(event.report.passed) + event.failures
+        runs, reused = event.metric_calls - self.first_round[0], self.reused() - self.first_round[1]
+        fixed = sum(event.report.counts().values())
+        unfixed = runs + reused - batch - fixed
+        self.sample = SampleStats(
+            runs=runs,
+            failure_rate=event.failures / batch,
+            task_usage=self.sample.task_usage,
+            seconds=self.sample.seconds,
+            hints_per_failure=max(0.0, runs - batch) / event.failures,
+            blame={name: n / event.failures for name, n in event.report.counts().items()},
+            reuse_rate=min(1.0, reused / unfixed) if unfixed > 0 else 0.0,
+        )
+
+    def _judged(self, event: CandidateJudged) -> None:
+        c = event.candidate
+        self.candidates += 1
+        self.cluster_wins += c.cluster_score_after is not None and c.cluster_score_after > (c.cluster_score_before or 0)
+        if c.accepted:
+            self.kept.add(c.predictor)
+
+    on_candidate_accepted = _judged
+    on_candidate_rejected = _judged
+
+    def on_round_end(self, event: RoundEnd) -> None:
+        r = event.record
+        batch = max(1, r.batch_size)
+        self.ever = min(self.n_train, self.ever + batch)
+        self.current = 0.0 if self.kept else min(self.n_train, self.current + batch)
+        if self.estimate is not None:
+            so_far = RunSoFar(
+                rounds=r.round + 1,
+                metric_calls=r.metric_calls,
+                rates={name: 0.0 if name in self.kept else n / batch for name, n in r.attributed.items()},
+                hard=r.hard_cases / batch,
+                current=self.current,
+                ever=self.ever,
+                win_rate=(self.cluster_wins + 2 * CLUSTER_WIN_RATE) / (self.candidates + 2),
+            )
+            self.projected = max(r.metric_calls, self.estimate_from(self.sample, so_far).metric_calls)
+        self.kept = set()
+
+    def total(self) -> int | None:
+        """The run's projected metric calls; None before the first validation pass."""
+        return self.projected

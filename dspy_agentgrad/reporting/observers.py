@@ -1,7 +1,8 @@
-"""The run's own subscribers to engine events: the progress bar and the ``state.json`` snapshot."""
+"""The run's own subscribers to engine events: the log lines, the progress bar and the ``state.json`` snapshot."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
@@ -16,23 +17,157 @@ from ..core.events import (
     RoundEnd,
     RoundStart,
     RunEnd,
+    RunStart,
     ValidationScored,
 )
 from ..runtime.budget import Budget
 from ..runtime.store import atomic_write_json
 from .results import AgentGradResult
 
+#: Under DSPy's ``dspy`` logger, so a compile prints what DSPy's own optimizers print, where they print it.
+logger = logging.getLogger("dspy.agentgrad")
+
+
+def _blame(counts: dict[str, int]) -> str:
+    return ", ".join(f"{name} {n}" for name, n in counts.items()) or "none"
+
+
+class RunLog(AgentGradCallback):
+    """The run told on DSPy's logger: the start, a line per round and per candidate verdict, the stop.
+
+    ``verbose`` adds each candidate's generalized gradient and proposed instruction, as
+    ``dspy.MIPROv2(verbose=True)`` shows its candidate programs.
+    """
+
+    def __init__(self, verbose: bool = False, projected: Callable[[], int | None] = lambda: None):
+        self.verbose = verbose
+        self.projected = projected  # the run's projected metric calls, told at each round end
+        self.batch_size = 0
+
+    def on_run_start(self, event: RunStart) -> None:
+        limits = [f"{event.max_metric_calls} metric calls" if event.max_metric_calls else ""]
+        limits.append(f"{event.max_rounds} rounds" if event.max_rounds else "")
+        logger.info(
+            "AgentGrad: %s %d predictor(s) (%s) on %d training and %d validation examples; at most %s",
+            "resuming" if event.resumed else "optimizing",
+            len(event.predictors),
+            ", ".join(event.predictors),
+            event.n_train,
+            event.n_val,
+            " or ".join(limit for limit in limits if limit),
+        )
+
+    def on_validation_scored(self, event: ValidationScored) -> None:
+        if event.candidate is None:
+            logger.info("starting program: validation score %.4f", event.score)
+
+    def on_round_start(self, event: RoundStart) -> None:
+        self.batch_size = event.batch_size
+
+    def on_attribution(self, event: AttributionDone) -> None:
+        report = event.report
+        if event.failures == 0:
+            logger.info("round %d: 0/%d failed", event.round, self.batch_size)
+            return
+        logger.info(
+            "round %d: %d/%d failed; blamed: %s; %d hard case(s)%s",
+            event.round,
+            event.failures,
+            self.batch_size,
+            _blame(report.counts()),
+            len(report.hard_cases),
+            f"; {report.leaked} label leak(s) refused" if report.leaked else "",
+        )
+
+    def on_candidate_proposed(self, event: CandidateProposed) -> None:
+        if self.verbose:
+            logger.info(
+                "round %d: rewrite of %s for a cluster of %d\n  gradient: %s\n  instruction: %s",
+                event.round,
+                event.predictor,
+                event.cluster_size,
+                event.gradient,
+                event.instruction,
+            )
+
+    def _verdict(self, event: CandidateJudged) -> None:
+        c = event.candidate
+        scores = "" if c.cluster_score_before is None else f"; cluster {c.cluster_score_before:.2f} -> "
+        if c.cluster_score_before is not None:
+            scores += "-" if c.cluster_score_after is None else f"{c.cluster_score_after:.2f}"
+        if c.val_score is not None:
+            scores += f", validation {c.val_score:.4f}"
+        logger.info(
+            "round %d: %s rewrite of %s (cluster of %d): %s%s; best %.4f",
+            c.round,
+            "ACCEPTED" if c.accepted else "rejected",
+            c.predictor,
+            c.cluster_size,
+            c.reason,
+            scores,
+            event.best_score,
+        )
+
+    on_candidate_accepted = _verdict
+    on_candidate_rejected = _verdict
+
+    def on_round_end(self, event: RoundEnd) -> None:
+        r = event.record
+        logger.info(
+            "round %d done: %d gradient(s) -> %d cluster(s) (min size %d), %d waiting; %d/%d rewrite(s) kept; "
+            "best validation %s; %d metric calls%s",
+            r.round,
+            r.gradients,
+            r.clusters,
+            r.min_cluster_size,
+            r.waiting,
+            r.accepted,
+            r.candidates,
+            "-" if r.best_val_score is None else f"{r.best_val_score:.4f}",
+            r.metric_calls,
+            "" if self.projected() is None else f" of ~{self.projected()} projected",
+        )
+
+    def on_run_end(self, event: RunEnd) -> None:
+        logger.info(
+            "AgentGrad stopped: %s; validation %s -> %s after %d metric calls in %d round(s)",
+            event.stop_reason,
+            "-" if event.initial_score is None else f"{event.initial_score:.4f}",
+            "-" if event.best_score is None else f"{event.best_score:.4f}",
+            event.metric_calls,
+            event.rounds,
+        )
+
 
 class ProgressBar(AgentGradCallback):
-    """A tqdm bar over metric calls, labelled with the round and the step."""
+    """A tqdm bar over metric calls, labelled with the round and the step.
 
-    def __init__(self, budget: Budget, enabled: bool):
+    Its total is the run's projected metric calls (``projected()``, None until there is a
+    projection), followed as the projection changes; at the end it closes at 100% with the stop reason.
+    While it is open, the bar is cleared before each line of AgentGrad's log, so the two do not
+    share a line.
+    """
+
+    def __init__(self, budget: Budget, enabled: bool, projected: Callable[[], int | None]):
         self.budget = budget
-        self.bar = tqdm(total=budget.max_metric_calls, desc="AgentGrad", unit="metric call", disable=not enabled)
+        self.projected = projected
+        self.bar = tqdm(total=None, desc="AgentGrad", unit="metric call", disable=not enabled)
         self.round = 0
+        logger.addFilter(self._clear)
+
+    def _clear(self, record: logging.LogRecord) -> bool:
+        self.bar.clear()  # redrawn at the next step
+        return True
+
+    def close(self) -> None:
+        logger.removeFilter(self._clear)
+        self.bar.close()
 
     def _show(self, step: str, best: float | None = None) -> None:
         self.bar.n = self.budget.metric_calls
+        total = self.projected()
+        if total is not None:
+            self.bar.total = max(total, self.bar.n)
         self.bar.set_description(f"AgentGrad round {self.round} {step}")
         if best is not None:
             self.bar.set_postfix(best_val=f"{best:.3f}")
@@ -58,8 +193,9 @@ class ProgressBar(AgentGradCallback):
         self._show("update", event.best_score)
 
     def on_run_end(self, event: RunEnd) -> None:
-        self.bar.n = self.budget.metric_calls
-        self.bar.close()
+        self.bar.n = self.bar.total = self.budget.metric_calls
+        self.bar.set_description(f"AgentGrad stopped: {event.stop_reason}")
+        self.close()
 
 
 class StateSnapshot(AgentGradCallback):

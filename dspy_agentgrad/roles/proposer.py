@@ -34,7 +34,7 @@ from .signatures import (
     SummarizeGradients,
 )
 
-logger = logging.getLogger("dspy_agentgrad")
+logger = logging.getLogger("dspy.agentgrad")
 
 MAX_FIELD_CHARS = 12000
 

@@ -35,7 +35,7 @@ from typing import Any
 
 from .usage import empty_usage
 
-logger = logging.getLogger("dspy_agentgrad")
+logger = logging.getLogger("dspy.agentgrad")
 
 JOURNAL = "memo.jsonl"
 TEXT_MIN_CHARS = 80
@@ -69,7 +69,7 @@ OVERRIDABLE = ("metric", "task_lm", "prompt_lm", "prompts", "adapter", "options"
 #: Options that only say where a run stops. A resume may change them (extend a run that stopped at its
 #: budget or round limit, or stop it sooner): the journal's results stay valid, since each is keyed by
 #: what determines it, and the replay reaches the same decisions up to the old stopping point.
-STOPPING_OPTIONS = ("auto", "max_metric_calls", "max_rounds", "max_prompt_tokens", "max_prompt_cost")
+STOPPING_OPTIONS = ("auto", "max_metric_calls", "max_full_evals", "max_rounds", "max_prompt_tokens", "max_prompt_cost")
 #: Parts an older version did not record: a fingerprint without them resumes, and they are recorded.
 ADDED_PARTS = ("adapter", "task_lm.endpoint", "prompt_lm.endpoint")
 RUN_ID = "run_id"
