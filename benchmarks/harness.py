@@ -69,20 +69,26 @@ class CountingMetric:
     ``scores_only=True`` returns plain floats (for optimizers such as MIPROv2/BootstrapFewShot that
     test a metric result's truth value); otherwise the metric's own result (score + feedback)."""
 
-    def __init__(self, metric: Callable, scores_only: bool = False):
+    def __init__(self, metric: Callable, scores_only: bool = False, meter: UsageMeter | None = None):
         self.metric = metric
         self.scores_only = scores_only
+        self.meter = meter
         self._gepa = _takes_gepa_args(metric)
         self._lock = threading.Lock()
         self.calls = 0
         self.feedback_calls = 0
         self.times: list[float] = []  # perf_counter() of every scored call, for time-to-quality
+        self.task_spend: list[tuple[int, int]] = []  # task-LM calls and tokens so far, at every scored call
 
     def __call__(self, gold, pred, trace=None, pred_name=None, pred_trace=None):
+        task = self.meter.snapshot().get("task", {}) if self.meter is not None and pred_name is None else None
         with self._lock:
             if pred_name is None:
                 self.calls += 1
                 self.times.append(time.perf_counter())
+                if task is not None:
+                    tokens = task.get("prompt_tokens", 0) + task.get("completion_tokens", 0)
+                    self.task_spend.append((task.get("calls", 0), tokens))
             else:
                 self.feedback_calls += 1
         if self._gepa:
@@ -442,7 +448,7 @@ def run_optimizer(
         configure_cache(cache_dir)
     if log_dir is not None:
         Path(log_dir).mkdir(parents=True, exist_ok=True)
-    counter = CountingMetric(metric, scores_only=(name in ("miprov2", "baseline")))
+    counter = CountingMetric(metric, scores_only=(name in ("miprov2", "baseline")), meter=meter)
     ctx = {
         "task_lm": task_lm,
         "prompt_lm": prompt_lm,
@@ -470,9 +476,12 @@ def run_optimizer(
     if curve and curve[-1][0] < calls:
         curve.append([calls, curve[-1][1]])  # the budget spent after the last improvement
     if name != "baseline" and counter.times:  # seconds since start at which each curve point's call was made
-        details["curve_seconds"] = [
-            round(counter.times[min(max(int(c), 1), len(counter.times)) - 1] - start, 3) for c, _ in curve
-        ]
+        at = [min(max(int(c), 1), len(counter.times)) - 1 for c, _ in curve]
+        details["curve_seconds"] = [round(counter.times[i] - start, 3) for i in at]
+        # task-LM calls and tokens spent when each curve point's call was made (this segment's; equal
+        # budgets in metric calls are not equal spend when one optimizer reuses runs)
+        details["curve_task_calls"] = [counter.task_spend[i][0] for i in at]
+        details["curve_task_tokens"] = [counter.task_spend[i][1] for i in at]
     return OptimizerRun(
         name=name,
         val_score=val,
