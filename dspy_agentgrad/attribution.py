@@ -137,7 +137,11 @@ class Attributor:
         return report, outcomes
 
     def _hinted(
-        self, examples: list[dspy.Example], outcomes: list[Outcome], items: list[tuple[int, tuple[str, ...]]]
+        self,
+        examples: list[dspy.Example],
+        outcomes: list[Outcome],
+        items: list[tuple[int, tuple[str, ...]]],
+        phase: str = "intervene",
     ) -> list[tuple[int, dict[str, Hint], Outcome]]:
         """Run each failure ``index`` with hints on ``targets``; skips predictors that did not run or got no hint.
 
@@ -162,7 +166,7 @@ class Attributor:
             jobs.append((index, hints, Intervention(examples[index], texts, replay, outcome)))
         if not jobs:
             return []
-        results = self.evaluator.intervene(self.instructions, [job for _, _, job in jobs])
+        results = self.evaluator.intervene(self.instructions, [job for _, _, job in jobs], phase)
         return [(index, hints, result) for (index, hints, _), result in zip(jobs, results)]
 
     def _fixes(self, result: Outcome, original: Outcome) -> bool:
@@ -213,12 +217,15 @@ class Attributor:
         explained = 0
         if self.speculating:
             self._hinted(
-                examples, outcomes, [(i, tuple(c[:d])) for i, c in chains.items() for d in range(2, len(c) + 1)]
+                examples,
+                outcomes,
+                [(i, tuple(c[:d])) for i, c in chains.items() for d in range(2, len(c) + 1)],
+                "cumulative",
             )
         for depth in range(2, max((len(c) for c in chains.values()), default=0) + 1):
             items = [(i, tuple(chain[:depth])) for i, chain in chains.items() if len(chain) >= depth]
             fixed = {}
-            for index, hints, result in self._hinted(examples, outcomes, items):
+            for index, hints, result in self._hinted(examples, outcomes, items, "cumulative"):
                 if self._fixes(result, outcomes[index]):
                     fixed[index] = (list(hints), result)
                     del chains[index]
@@ -246,6 +253,7 @@ class Attributor:
                 examples,
                 outcomes,
                 [(i, tuple(n for n in t if n != t[p])) for i, (t, _) in fixed.items() for p in range(len(t) - 1)],
+                "cumulative",
             )
         for position in range(longest - 1):
             items = []
@@ -253,7 +261,7 @@ class Attributor:
                 later = fixed[index][0][:-1]
                 if position < len(later):
                     items.append((index, tuple(n for n in kept if n != later[position])))
-            for index, hints, result in self._hinted(examples, outcomes, items):
+            for index, hints, result in self._hinted(examples, outcomes, items, "cumulative"):
                 kept, witnesses, _ = state[index]
                 dropped = next(n for n in kept if n not in hints)
                 if self._fixes(result, outcomes[index]):

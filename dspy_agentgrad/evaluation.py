@@ -17,6 +17,7 @@ choice and the metric calls are the same at any thread count and after a resume.
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -110,6 +111,8 @@ class Evaluator:
         self.reuse = reuse
         self.reused = 0  # runs that took their reference's score instead of a metric call
         self.errors: Counter[str] = Counter()
+        self.phase_calls: Counter[str] = Counter()  # metric calls made per phase
+        self.phase_wall: Counter[str] = Counter()  # seconds spent waiting on runs per phase
         self._history: dict[str, list[tuple[dict[str, str], Outcome]]] = {}
         self._lock = threading.Lock()
         self._first_runs_checked = False
@@ -159,6 +162,7 @@ class Evaluator:
         """
         digests, keys = _chain_keys(chains)
         self.budget.charge(len(self.work.pending(keys)))
+        started = time.perf_counter()
 
         def run_chain(chain: tuple[dspy.Example, list[dict[str, str]]]) -> list[Outcome]:
             example, states = chain
@@ -178,6 +182,7 @@ class Evaluator:
             return outcomes
 
         done = parallel_map(run_chain, chains, self.num_threads)
+        self._timed(phase, started)
         if self.reuse:
             for (example, states), outcomes in zip(chains, done):
                 for state, outcome in zip(states, outcomes):
@@ -256,6 +261,7 @@ class Evaluator:
         the work for ``keys[i]``; it is built (references chosen) now, in this thread, for new keys only."""
         fresh = self.work.pending(keys)
         self.budget.charge(len(fresh))
+        started = time.perf_counter()
         first = {}
         for i, key in enumerate(keys):
             first.setdefault(key, i)
@@ -265,7 +271,14 @@ class Evaluator:
             return work.get(key) or (lambda: pay_for(first[key])())
 
         parallel_map(lambda key: self._settle(key, pay(key), phase), fresh, self.num_threads)
-        return [self._settle(key, pay(key), phase) for key in keys]
+        outcomes = [self._settle(key, pay(key), phase) for key in keys]
+        self._timed(phase, started)
+        return outcomes
+
+    def _timed(self, phase: str, started: float) -> None:
+        """Add the seconds since ``started`` to ``phase`` (where the wall goes; overlapping phases both count)."""
+        with self._lock:
+            self.phase_wall[phase] += time.perf_counter() - started
 
     def _settle(self, key: str, pay: Callable[[], Outcome], phase: str) -> Outcome:
         """The outcome for ``key`` (charged beforehand by the caller): paid once, counted once."""
@@ -281,6 +294,7 @@ class Evaluator:
     def _count(self, outcome: Outcome, phase: str) -> None:
         self.ledger.add("task", phase, outcome.usage)
         with self._lock:
+            self.phase_calls[phase] += outcome.scored
             if outcome.attempts > 1:
                 self.errors["retries"] += outcome.attempts - 1
             if outcome.error:

@@ -166,6 +166,8 @@ class AgentGradResult:
     max_metric_calls: int | None = None
     reused_runs: int = 0  # program runs whose output equalled an earlier run's: its score taken, no metric call
     usage: dict = field(default_factory=dict)
+    phase_calls: dict = field(default_factory=dict)  # metric calls per phase of program runs
+    phase_wall_s: dict = field(default_factory=dict)  # seconds waited on runs per phase (overlapping phases both count)
     program_errors: dict[str, int] = field(default_factory=dict)
     prompt_role_failures: dict[str, int] = field(default_factory=dict)
     wall_time_s: float = 0.0
@@ -211,6 +213,8 @@ class AgentGradResult:
             max_metric_calls=budget.max_metric_calls,
             reused_runs=engine.evaluator.reused,
             usage=usage,
+            phase_calls=dict(sorted(engine.evaluator.phase_calls.items())),
+            phase_wall_s={k: round(v, 3) for k, v in sorted(engine.evaluator.phase_wall.items())},
             program_errors=dict(engine.evaluator.errors),
             prompt_role_failures=dict(engine.proposer.failures),
             wall_time_s=wall_time_s,

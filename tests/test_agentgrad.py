@@ -206,7 +206,7 @@ def test_auto_preset_budget_is_documented_and_respected(world):
 
 def _comparable(result) -> str:
     data = result.to_dict()
-    for key in ("wall_time_s", "options", "segments"):
+    for key in ("wall_time_s", "phase_wall_s", "options", "segments"):
         data.pop(key)
     data["paid"].pop("wall_time_s")
     return dumps(data)
