@@ -72,6 +72,7 @@ class AgentGradConfig:
     max_instruction_chars: int = 4000
     reuse_calls: bool = True
     speculate: bool = True
+    validate_together: bool = True
 
     def validate(self) -> None:
         if self.auto is not None and self.auto not in AUTO_CANDIDATES:

@@ -298,7 +298,8 @@ class RoundEngine:
         """Each validation example under every program of the stack; each cluster's examples under the
         programs up to its own candidate (its "before" and "after")."""
         before = [dict(self.instructions)] + [program for program, _ in stack[:-1]]
-        chains = [(ex, [program for program, _ in stack]) for ex in self.valset]
+        validated = [stack[-1][0]] if self.config.validate_together else [program for program, _ in stack]
+        chains = [(ex, validated) for ex in self.valset]
         for level, (_, cluster) in enumerate(stack):
             chains += [(g.record.example, before[: level + 1] + [stack[level][0]]) for g in cluster.members]
         return chains
@@ -312,26 +313,13 @@ class RoundEngine:
         current program does worst on first, where a losing candidate shows it soonest.
         """
         self.finish_validation()
-        name = cluster.predictor
-        current = self.instructions[name]
-        record = CandidateRecord(self.round_index, name, len(cluster.members), minimum, cluster.text, current, None)
-        examples = [g.record.example for g in cluster.members]
         needed = self._check_cost(self.instructions, cluster)
         if needed > self.evaluator.budget.remaining():  # checked before paying for the rewrite
             raise BudgetExhausted(f"the next candidate check needs up to {needed} metric calls")
-        proposal = self.proposer.rewrite(self.rewrite_request(cluster))
-        if proposal is None or proposal.strip() == current.strip():
-            record.reason = "rewrite failed" if proposal is None else "rewrite unchanged"
+        record, candidate = self._propose(cluster, minimum, self.instructions)
+        if candidate is None:
             return record
-        record.instruction = proposal
-        if len(proposal) > self.config.max_instruction_chars:
-            record.reason = f"rewrite longer than max_instruction_chars={self.config.max_instruction_chars}"
-            return record
-        self.emit(
-            "on_candidate_proposed",
-            CandidateProposed(self.round_index, name, len(cluster.members), cluster.text, proposal),
-        )
-        candidate = {**self.instructions, name: proposal}
+        examples = [g.record.example for g in cluster.members]
         start = self.evaluator.budget.metric_calls
         self._judge(record, candidate, examples)
         record.metric_calls = self.evaluator.budget.metric_calls - start
@@ -341,14 +329,21 @@ class RoundEngine:
         return record
 
     def _judge(self, record: CandidateRecord, candidate: dict[str, str], examples: list[dspy.Example]) -> None:
+        if self._cluster_check(record, self.instructions, candidate, examples):
+            self._validate(record, candidate)
+
+    def _cluster_check(
+        self, record: CandidateRecord, program: dict[str, str], candidate: dict[str, str], examples: list[dspy.Example]
+    ) -> bool:
+        """Whether ``candidate`` beats ``program`` on its cluster's examples (records both scores)."""
         chunk, top = self.config.eval_chunk_size, self.max_score
         if len(examples) <= chunk:  # one batch for both sides of the cluster check
             before_out, after_out = self.evaluator.evaluate_many(
-                [(self.instructions, examples), (candidate, examples)], "minibatch"
+                [(program, examples), (candidate, examples)], "minibatch"
             )
             before, after = exact_total(before_out), exact_total(after_out)
         else:
-            before = exact_total(self.evaluator.evaluate(self.instructions, examples, "minibatch"))
+            before = exact_total(self.evaluator.evaluate(program, examples, "minibatch"))
             after = self.evaluator.race(
                 candidate, examples, "minibatch", before, strict=True, max_score=top, chunk_size=chunk
             ).total
@@ -356,7 +351,13 @@ class RoundEngine:
         record.cluster_score_after = None if after is None else float(after / len(examples))
         if after is None or after <= before:
             record.reason = "no gain on its cluster"
-            return
+            return False
+        return True
+
+    def _validate(self, record: CandidateRecord, candidate: dict[str, str]) -> bool:
+        """Validation against the best program so far, with exact early rejection; on acceptance the best
+        scores are set (the caller installs ``candidate``)."""
+        chunk, top = self.config.eval_chunk_size, self.max_score
         order = sorted(range(len(self.valset)), key=lambda i: (self.best_val_scores[i], i))
         strict = self.config.val_acceptance == "strict"
         race = self.evaluator.race(
@@ -370,7 +371,7 @@ class RoundEngine:
         )
         if race.stopped_early:
             record.reason = f"no gain on validation (stopped after {race.scored}/{len(self.valset)}: cannot win)"
-            return
+            return False
         record.val_score = float(race.total / len(self.valset))
         self.emit(
             "on_validation_scored",
@@ -384,7 +385,7 @@ class RoundEngine:
         )
         if cannot_clear(race.total, self.best_val_total, strict):
             record.reason = "no gain on validation"
-            return
+            return False
         record.accepted, record.reason = (
             True,
             "gain on cluster and validation"
@@ -392,6 +393,85 @@ class RoundEngine:
             else "gain on cluster, equal on validation",
         )
         self._set_best(self.evaluator.evaluate(candidate, self.valset, "validate"))  # all cached: free
+        return True
+
+    # ---- step 5, candidates validated together ---------------------------------------------------
+    def update_together(self, ready: list[Cluster], minimum: int) -> list[CandidateRecord]:
+        """The round's candidates judged as a stack: each rewrite is made on top of those that won their
+        cluster check before it, and must beat that stack on its own cluster; the stack of winners then
+        takes one validation pass (instead of one per candidate). When the stack does not beat the best
+        program, each winner is validated alone on the current program, in order, as :meth:`update` would.
+        Decisions equal :meth:`update`'s when every winner is accepted; the validation passes saved are
+        the point (they are most of a round's metric calls when outputs change with every prompt).
+        """
+        self.finish_validation()
+        program, records, winners = dict(self.instructions), [], []
+        for cluster in ready:
+            remaining = self.evaluator.budget.remaining()
+            if self._check_cost(program, cluster) > remaining:
+                if not winners and not records:
+                    raise BudgetExhausted(f"the next candidate check needs up to {self._check_cost(program, cluster)}")
+                break  # the stack so far still gets its validation pass
+            record, candidate = self._propose(cluster, minimum, program)
+            records.append(record)
+            if candidate is None:
+                continue
+            start = self.evaluator.budget.metric_calls
+            won = self._cluster_check(record, program, candidate, [g.record.example for g in cluster.members])
+            record.metric_calls = self.evaluator.budget.metric_calls - start
+            if won:
+                winners.append(record)
+                program = candidate
+        if not winners:
+            return records
+        start = self.evaluator.budget.metric_calls
+        if self._validate(winners[-1], program):
+            for record in winners:
+                record.accepted, record.val_score = True, winners[-1].val_score
+                if len(winners) > 1:
+                    record.reason = f"{winners[-1].reason}, validated with {len(winners) - 1} other winner(s)"
+            winners[-1].metric_calls += self.evaluator.budget.metric_calls - start
+            self.instructions = program
+            self.val_history.append((self.evaluator.budget.metric_calls, self.best_val_score))
+            return records
+        if len(winners) == 1:
+            winners[-1].metric_calls += self.evaluator.budget.metric_calls - start
+            return records
+        logger.info("round %d: the stack of %d winners lost on validation; each alone", self.round_index, len(winners))
+        for record in winners:
+            candidate = {**self.instructions, record.predictor: record.instruction}
+            needed = self.evaluator.cost(candidate, self.valset)
+            if needed > self.evaluator.budget.remaining():
+                raise BudgetExhausted(f"the next validation pass needs up to {needed} metric calls")
+            start = self.evaluator.budget.metric_calls
+            record.accepted, record.val_score = False, None
+            if self._validate(record, candidate):
+                self.instructions = candidate
+                self.val_history.append((self.evaluator.budget.metric_calls, self.best_val_score))
+            record.metric_calls += self.evaluator.budget.metric_calls - start
+        return records
+
+    def _propose(
+        self, cluster: Cluster, minimum: int, program: dict[str, str]
+    ) -> tuple[CandidateRecord, dict[str, str] | None]:
+        """The candidate record for ``cluster`` rewritten on ``program``, and the candidate program (None when
+        the rewrite failed, changed nothing or is too long; the record says which)."""
+        name = cluster.predictor
+        current = program[name]
+        record = CandidateRecord(self.round_index, name, len(cluster.members), minimum, cluster.text, current, None)
+        proposal = self.proposer.rewrite(self.rewrite_request(cluster, program))
+        if proposal is None or proposal.strip() == current.strip():
+            record.reason = "rewrite failed" if proposal is None else "rewrite unchanged"
+            return record, None
+        record.instruction = proposal
+        if len(proposal) > self.config.max_instruction_chars:
+            record.reason = f"rewrite longer than max_instruction_chars={self.config.max_instruction_chars}"
+            return record, None
+        self.emit(
+            "on_candidate_proposed",
+            CandidateProposed(self.round_index, name, len(cluster.members), cluster.text, proposal),
+        )
+        return record, {**program, name: proposal}
 
     def _set_best(self, outcomes: list[Outcome]) -> None:
         self.best_val_scores = [o.score for o in outcomes]
@@ -543,8 +623,11 @@ class RoundEngine:
         self.prefetch_rewrites(ready)
         if self.attributor.speculating:
             self.prefetch_judging(ready)
-        for cluster in ready:
-            candidate = self.update(cluster, minimum)
+        if self.config.validate_together:
+            judged = self.update_together(ready, minimum) if ready else []
+        else:
+            judged = (self.update(cluster, minimum) for cluster in ready)
+        for candidate in judged:
             self.candidates.append(candidate)
             record.candidates += 1
             record.accepted += candidate.accepted
@@ -552,8 +635,8 @@ class RoundEngine:
                 "round %d: %s update for %s (cluster of %d): %s; cluster %s -> %s, val %s (best %.4f)",
                 r,
                 "ACCEPTED" if candidate.accepted else "rejected",
-                cluster.predictor,
-                len(cluster.members),
+                candidate.predictor,
+                candidate.cluster_size,
                 candidate.reason,
                 candidate.cluster_score_before,
                 candidate.cluster_score_after,

@@ -196,6 +196,7 @@ class AgentGrad(Teleprompter):
         max_instruction_chars: int = _DEFAULTS.max_instruction_chars,
         reuse_calls: bool = _DEFAULTS.reuse_calls,
         speculate: bool = _DEFAULTS.speculate,
+        validate_together: bool = _DEFAULTS.validate_together,
         callbacks: list[Any] | None = None,
         progress: bool = True,
         optimize_predictors: list[str] | None = _DEFAULTS.optimize_predictors,
@@ -257,6 +258,7 @@ class AgentGrad(Teleprompter):
             max_instruction_chars=max_instruction_chars,
             reuse_calls=reuse_calls,
             speculate=speculate,
+            validate_together=validate_together,
         )
         self.config.validate()
         if use_mlflow:
