@@ -45,6 +45,8 @@ class AgentGradConfig:
     max_rounds: int | None = None
     max_prompt_tokens: int | None = None
     max_prompt_cost: float | None = None
+    max_task_calls: int | None = None
+    max_task_tokens: int | None = None
     num_threads: int = 1
     seed: int = 0
     max_score: float = 1.0
@@ -84,7 +86,7 @@ class AgentGradConfig:
             )
         if self.auto is None and self.max_metric_calls is None and self.max_rounds is None:
             raise ValueError("no budget: set auto ('light', 'medium', 'heavy'), max_metric_calls, or max_rounds")
-        for name in ("max_metric_calls", "max_rounds", "max_prompt_tokens"):
+        for name in ("max_metric_calls", "max_rounds", "max_prompt_tokens", "max_task_calls", "max_task_tokens"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
                 raise ValueError(f"{name} must be a positive integer or None; got {value!r}")

@@ -25,7 +25,7 @@ from fractions import Fraction
 
 import dspy
 
-from .budget import Budget
+from .budget import Budget, TaskCapReached
 from .jsonable import digest, example_key
 from .paid_work import PaidWork
 from .parallel import parallel_map
@@ -281,8 +281,13 @@ class Evaluator:
             self.phase_wall[phase] += time.perf_counter() - started
 
     def _settle(self, key: str, pay: Callable[[], Outcome], phase: str) -> Outcome:
-        """The outcome for ``key`` (charged beforehand by the caller): paid once, counted once."""
-        outcome, new = self.work.settle(key, pay)
+        """The outcome for ``key`` (charged beforehand by the caller): paid once, counted once. A run the
+        task-LM caps cut short is dropped: no metric call was made, its charge is given back."""
+        try:
+            outcome, new = self.work.settle(key, pay)
+        except TaskCapReached:
+            self.budget.refund(1)
+            raise
         if new:
             self._count(outcome, phase)
             if not outcome.scored:  # its output equals its reference's: no metric call was made

@@ -176,6 +176,8 @@ class AgentGrad(Teleprompter):
         fix_threshold: float | None = _DEFAULTS.fix_threshold,
         max_prompt_tokens: int | None = _DEFAULTS.max_prompt_tokens,
         max_prompt_cost: float | None = _DEFAULTS.max_prompt_cost,
+        max_task_calls: int | None = _DEFAULTS.max_task_calls,
+        max_task_tokens: int | None = _DEFAULTS.max_task_tokens,
         train_batch_size: int = _DEFAULTS.train_batch_size,
         cluster_schedule: tuple[int, ...] = _DEFAULTS.cluster_schedule,
         clustering: str = _DEFAULTS.clustering,
@@ -231,6 +233,8 @@ class AgentGrad(Teleprompter):
             max_rounds=max_rounds,
             max_prompt_tokens=max_prompt_tokens,
             max_prompt_cost=max_prompt_cost,
+            max_task_calls=max_task_calls,
+            max_task_tokens=max_task_tokens,
             num_threads=_DEFAULTS.num_threads if num_threads is None else num_threads,
             seed=seed,
             max_score=max_score,
@@ -301,6 +305,7 @@ class AgentGrad(Teleprompter):
                 self.config.hint_delivery,
                 self.config.max_score,
                 self.config.failure_score,
+                budget,
             ),
             memo,
             budget,
@@ -501,7 +506,13 @@ class AgentGrad(Teleprompter):
         if self.log_dir is not None:
             fingerprint = self._fingerprint(student, trainset, valset)
             resumed = check_fingerprint(self.log_dir, fingerprint, self.config.resume_despite)
-        budget = Budget(max_calls, self.config.max_prompt_tokens, self.config.max_prompt_cost)
+        budget = Budget(
+            max_calls,
+            self.config.max_prompt_tokens,
+            self.config.max_prompt_cost,
+            self.config.max_task_calls,
+            self.config.max_task_tokens,
+        )
         options = {**self.config.fingerprint(), "max_rounds": max_rounds, "num_threads": self.config.num_threads}
 
         def snapshot() -> AgentGradResult:
