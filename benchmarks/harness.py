@@ -292,6 +292,7 @@ def _run_agentgrad(program, trainset, valset, metric, ctx):
         seed=ctx["seed"],
         log_dir=ctx["log_dir"],
         track_stats=True,
+        **({"max_task_tokens": ctx["max_task_tokens"]} if ctx["max_task_tokens"] else {}),
         **ctx["options"].get("agentgrad", {}),
     )
     with dspy.context(lm=ctx["task_lm"]):
@@ -314,6 +315,12 @@ def _run_gepa(program, trainset, valset, metric, ctx):
         kwargs["max_metric_calls"] = budget
     else:
         kwargs.setdefault("auto", "light")
+    if ctx["max_task_tokens"]:
+        gepa_kwargs = dict(kwargs.get("gepa_kwargs") or {})
+        stops = gepa_kwargs.get("stop_callbacks") or []
+        stops = list(stops) if isinstance(stops, (list, tuple)) else [stops]
+        gepa_kwargs["stop_callbacks"] = [*stops, TaskTokenStop(ctx["meter"], ctx["max_task_tokens"])]
+        kwargs["gepa_kwargs"] = gepa_kwargs
     opt = dspy.GEPA(
         metric=metric,
         reflection_lm=ctx["prompt_lm"],
@@ -341,7 +348,22 @@ def _run_gepa(program, trainset, valset, metric, ctx):
     return compiled, float(scores[res.best_idx]), curve, details
 
 
+@dataclass
+class TaskTokenStop:
+    """A GEPA stopper (``gepa_kwargs["stop_callbacks"]``): stop once the task LM has used ``max_tokens``.
+    GEPA asks it between iterations, so a run can end up to one iteration past the cap."""
+
+    meter: UsageMeter
+    max_tokens: int
+
+    def __call__(self, gepa_state: Any) -> bool:
+        task = self.meter.snapshot().get("task", {})
+        return task.get("prompt_tokens", 0) + task.get("completion_tokens", 0) >= self.max_tokens
+
+
 def _run_miprov2(program, trainset, valset, metric, ctx):
+    if ctx["max_task_tokens"]:
+        logger.warning("MIPROv2 has no stop hook: the task-LM token budget is not applied to it (spend is reported)")
     budget = ctx["max_metric_calls"]
     options = dict(ctx["options"].get("miprov2", {}))
     demos = options.pop("max_bootstrapped_demos", 4), options.pop("max_labeled_demos", 4)
@@ -419,6 +441,7 @@ def run_optimizer(
     task_lm: dspy.BaseLM,
     prompt_lm: dspy.BaseLM,
     max_metric_calls: int | None,
+    max_task_tokens: int | None = None,
     seed: int = 0,
     num_threads: int = 1,
     hint_fn: Callable | None = None,
@@ -432,8 +455,9 @@ def run_optimizer(
     ``metric`` is GEPA's feedback metric ``(gold, pred, trace, pred_name, pred_trace)``; MIPROv2 and
     the baseline get its score only. ``cache_dir``: a DSPy disk cache used only by this run (``None``
     leaves DSPy's cache configuration alone; ``"off"`` disables the cache). ``options``: extra
-    keyword arguments per optimizer, e.g. ``{"gepa": {"use_merge": False}}``. ``extra_lms``: the
-    benchmark's other LMs by role (PUPA's ``untrusted`` and ``judge``), metered under their role.
+    keyword arguments per optimizer, e.g. ``{"gepa": {"use_merge": False}}``. ``max_task_tokens``: a task-LM
+    token budget too (AgentGrad: its hard cap; GEPA: a stop checked between iterations; MIPROv2: none).
+    ``extra_lms``: the benchmark's other LMs by role (PUPA's ``untrusted`` and ``judge``), metered under their role.
     """
     if name not in _RUNNERS:
         raise ValueError(f"unknown optimizer {name!r}; choose from {', '.join(OPTIMIZERS)}")
@@ -453,6 +477,8 @@ def run_optimizer(
         "task_lm": task_lm,
         "prompt_lm": prompt_lm,
         "max_metric_calls": max_metric_calls,
+        "max_task_tokens": max_task_tokens,
+        "meter": meter,
         "seed": seed,
         "num_threads": max(1, int(num_threads or 1)),
         "hint_fn": hint_fn,
