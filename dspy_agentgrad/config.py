@@ -12,7 +12,23 @@ from .tracing import HINT_DELIVERIES
 AUTO_CANDIDATES = {"light": 6, "medium": 12, "heavy": 18}
 DEFAULT_TRAIN_BATCH = 16
 CLUSTERINGS = ("lm", "tfidf", "embedding")
+#: Options a preset sets (an option passed explicitly wins). "paper": the paper's procedure, every run
+#: scored, one hint level and one candidate at a time, each candidate validated on its own, no cumulative hints.
+PRESETS = {
+    "paper": {"reuse_calls": False, "speculate": False, "validate_together": False, "cumulative_hints": False},
+}
 VAL_ACCEPTANCE = ("strict", "non_decreasing")
+
+
+def preset_options(preset: str | None, given: dict[str, bool | None]) -> dict[str, bool]:
+    """The value of each option in ``given`` (None: not passed): the one passed, else the preset's, else the default."""
+    if preset is not None and preset not in PRESETS:
+        raise ValueError(f"preset must be one of {sorted(PRESETS)} or None; got {preset!r}")
+    chosen = PRESETS.get(preset, {}) if preset else {}
+    defaults = AgentGradConfig()
+    return {
+        name: value if value is not None else chosen.get(name, getattr(defaults, name)) for name, value in given.items()
+    }
 
 
 def auto_budget(auto: str, n_predictors: int, n_val: int) -> int:

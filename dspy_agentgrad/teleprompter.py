@@ -20,7 +20,7 @@ from dspy.teleprompt.teleprompt import Teleprompter
 from .attribution import HintFn
 from .budget import Budget
 from .callbacks import Dispatcher
-from .config import AgentGradConfig, auto_budget, worst_case_calls
+from .config import AgentGradConfig, auto_budget, preset_options, worst_case_calls
 from .engine import RoundEngine
 from .estimate import Estimate, SampleStats, StartEstimate, build_estimate
 from .evaluation import Evaluator
@@ -155,7 +155,9 @@ class AgentGrad(Teleprompter):
     pseudo-label, extracts a textual gradient per failure, clusters gradients by
     meaning, and rewrites instructions cluster by cluster (largest first),
     keeping a rewrite only if it wins on the cluster and then on validation.
-    Option defaults live in :class:`AgentGradConfig`.
+    Option defaults live in :class:`AgentGradConfig`. ``preset="paper"`` runs the paper's
+    procedure (:data:`config.PRESETS`): ``reuse_calls``, ``speculate``, ``validate_together`` and
+    ``cumulative_hints`` left at None take the preset's value, else the default; one passed wins.
     """
 
     def __init__(
@@ -186,7 +188,7 @@ class AgentGrad(Teleprompter):
         semantic_abstraction: bool = _DEFAULTS.semantic_abstraction,
         leak_check: bool = _DEFAULTS.leak_check,
         label_fields: tuple[str, ...] | None = _DEFAULTS.label_fields,
-        cumulative_hints: bool = _DEFAULTS.cumulative_hints,
+        cumulative_hints: bool | None = None,
         failure_score: float = _DEFAULTS.failure_score,
         hint_delivery: str = _DEFAULTS.hint_delivery,
         retry_attempts: int = _DEFAULTS.retry_attempts,
@@ -196,9 +198,10 @@ class AgentGrad(Teleprompter):
         eval_chunk_size: int = _DEFAULTS.eval_chunk_size,
         max_field_chars: int = _DEFAULTS.max_field_chars,
         max_instruction_chars: int = _DEFAULTS.max_instruction_chars,
-        reuse_calls: bool = _DEFAULTS.reuse_calls,
-        speculate: bool = _DEFAULTS.speculate,
-        validate_together: bool = _DEFAULTS.validate_together,
+        reuse_calls: bool | None = None,
+        speculate: bool | None = None,
+        validate_together: bool | None = None,
+        preset: str | None = None,
         callbacks: list[Any] | None = None,
         progress: bool = True,
         optimize_predictors: list[str] | None = _DEFAULTS.optimize_predictors,
@@ -227,6 +230,16 @@ class AgentGrad(Teleprompter):
         self.event_callbacks = list(callbacks or [])
         Dispatcher(self.event_callbacks)  # checks them now, not mid-run
         self.progress = progress
+        self.preset = preset
+        chosen = preset_options(
+            preset,
+            {
+                "reuse_calls": reuse_calls,
+                "speculate": speculate,
+                "validate_together": validate_together,
+                "cumulative_hints": cumulative_hints,
+            },
+        )
         self.config = AgentGradConfig(
             auto=auto,
             max_metric_calls=max_metric_calls,
@@ -247,7 +260,7 @@ class AgentGrad(Teleprompter):
             semantic_abstraction=semantic_abstraction,
             leak_check=leak_check,
             label_fields=None if label_fields is None else tuple(label_fields),
-            cumulative_hints=cumulative_hints,
+            cumulative_hints=chosen["cumulative_hints"],
             failure_score=failure_score,
             hint_delivery=hint_delivery,
             retry_attempts=retry_attempts,
@@ -260,9 +273,9 @@ class AgentGrad(Teleprompter):
             eval_chunk_size=eval_chunk_size,
             max_field_chars=max_field_chars,
             max_instruction_chars=max_instruction_chars,
-            reuse_calls=reuse_calls,
-            speculate=speculate,
-            validate_together=validate_together,
+            reuse_calls=chosen["reuse_calls"],
+            speculate=chosen["speculate"],
+            validate_together=chosen["validate_together"],
         )
         self.config.validate()
         if use_mlflow:

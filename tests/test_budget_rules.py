@@ -101,3 +101,14 @@ def test_a_stack_that_loses_on_validation_falls_back_to_each_winner_alone():
     ]
     assert together.final_instructions == alone.final_instructions
     assert not all(c.accepted for c in together.candidates) and any(c.accepted for c in together.candidates)
+
+
+def test_the_paper_preset_sets_the_papers_procedure_and_an_option_passed_wins():
+    paper = AgentGrad(feedback_metric, preset="paper", max_rounds=1, **FAST).config
+    assert (paper.reuse_calls, paper.speculate, paper.validate_together, paper.cumulative_hints) == (False,) * 4
+    mixed = AgentGrad(feedback_metric, preset="paper", cumulative_hints=True, max_rounds=1, **FAST).config
+    assert mixed.cumulative_hints and not mixed.validate_together
+    default = AgentGrad(feedback_metric, max_rounds=1, **FAST).config
+    assert default.reuse_calls and default.validate_together
+    with pytest.raises(ValueError, match="preset must be one of"):
+        AgentGrad(feedback_metric, preset="fast", max_rounds=1, **FAST)
