@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from .identity import check_resume_despite
 from .tracing import HINT_DELIVERIES
@@ -13,14 +14,21 @@ AUTO_CANDIDATES = {"light": 6, "medium": 12, "heavy": 18}
 DEFAULT_TRAIN_BATCH = 16
 CLUSTERINGS = ("lm", "tfidf", "embedding")
 #: Options a preset sets (an option passed explicitly wins). "paper": the paper's procedure, every run
-#: scored, one hint level and one candidate at a time, each candidate validated on its own, no cumulative hints.
+#: scored, one hint level and one candidate at a time, each candidate validated on its own, no cumulative
+#: hints, a large-medium-small cyclic minimum cluster size.
 PRESETS = {
-    "paper": {"reuse_calls": False, "speculate": False, "validate_together": False, "cumulative_hints": False},
+    "paper": {
+        "reuse_calls": False,
+        "speculate": False,
+        "validate_together": False,
+        "cumulative_hints": False,
+        "cluster_schedule": (3, 2, 1),
+    },
 }
 VAL_ACCEPTANCE = ("strict", "non_decreasing")
 
 
-def preset_options(preset: str | None, given: dict[str, bool | None]) -> dict[str, bool]:
+def preset_options(preset: str | None, given: dict[str, Any]) -> dict[str, Any]:
     """The value of each option in ``given`` (None: not passed): the one passed, else the preset's, else the default."""
     if preset is not None and preset not in PRESETS:
         raise ValueError(f"preset must be one of {sorted(PRESETS)} or None; got {preset!r}")
@@ -68,7 +76,7 @@ class AgentGradConfig:
     max_score: float = 1.0
     fix_threshold: float | None = None
     train_batch_size: int = DEFAULT_TRAIN_BATCH
-    cluster_schedule: tuple[int, ...] = (3, 2, 1)
+    cluster_schedule: tuple[int, ...] = (2, 1)
     clustering: str = "lm"
     target_identification: bool = True
     agent_supervision: bool = True

@@ -8,7 +8,8 @@ a failure takes, and how blame splits over the predictors. At the start of
 extra spend; hints and blame then take their defaults: half the predictors plus one,
 an even split, and no run reused). A round pays for the batch's runs not cached yet, the hints of its
 failures, and per cluster a rewrite checked on the cluster and, when it wins there,
-on the validation set; of those checks, the share the sample's hinted runs reused
+on the validation set (with ``validate_together``, one pass per round when any wins); of those
+checks, the share the sample's hinted runs reused
 (output unchanged) is taken to cost no metric call. The projection plays the rounds forward under the assumption
 ``CLUSTER_WIN_RATE`` and stops where the run stops: ``max_rounds``, the budget, no
 failure left, or rounds without a new program run.
@@ -131,11 +132,14 @@ def project_calls(
             gradients += blame.get(name, 0.0) * failures
             if pool >= max(minimum, 0.5):
                 # its cluster under the rewrite; under the current program again when an earlier rewrite
-                # of the round changed it; the validation set when it wins on its cluster
-                spent += (1 - sample.reuse_rate) * (pool + CLUSTER_WIN_RATE * (pool + n_val))
+                # of the round changed it; the validation set when it wins on its cluster (alone)
+                alone = 0.0 if config.validate_together else n_val
+                spent += (1 - sample.reuse_rate) * (pool + CLUSTER_WIN_RATE * (pool + alone))
                 candidates, fixed_share, waiting[name] = candidates + 1, fixed_share + blame.get(name, 0.0), 0.0
             else:
                 waiting[name] = pool
+        if config.validate_together:  # one validation pass when any candidate of the round wins its cluster
+            spent += (1 - sample.reuse_rate) * n_val * (1 - (1 - CLUSTER_WIN_RATE) ** candidates)
         if max_metric_calls is not None and tally.metric_calls + spent > max_metric_calls:
             tally.metric_calls, tally.rounds = max_metric_calls, tally.rounds + 1  # stops at the step that won't fit
             break

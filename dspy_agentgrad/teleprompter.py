@@ -156,8 +156,9 @@ class AgentGrad(Teleprompter):
     meaning, and rewrites instructions cluster by cluster (largest first),
     keeping a rewrite only if it wins on the cluster and then on validation.
     Option defaults live in :class:`AgentGradConfig`. ``preset="paper"`` runs the paper's
-    procedure (:data:`config.PRESETS`): ``reuse_calls``, ``speculate``, ``validate_together`` and
-    ``cumulative_hints`` left at None take the preset's value, else the default; one passed wins.
+    procedure (:data:`config.PRESETS`): ``reuse_calls``, ``speculate``, ``validate_together``,
+    ``cumulative_hints`` and ``cluster_schedule`` left at None take the preset's value, else the
+    default; one passed wins.
     """
 
     def __init__(
@@ -181,7 +182,7 @@ class AgentGrad(Teleprompter):
         max_task_calls: int | None = _DEFAULTS.max_task_calls,
         max_task_tokens: int | None = _DEFAULTS.max_task_tokens,
         train_batch_size: int = _DEFAULTS.train_batch_size,
-        cluster_schedule: tuple[int, ...] = _DEFAULTS.cluster_schedule,
+        cluster_schedule: tuple[int, ...] | None = None,
         clustering: str = _DEFAULTS.clustering,
         target_identification: bool = _DEFAULTS.target_identification,
         agent_supervision: bool = _DEFAULTS.agent_supervision,
@@ -238,6 +239,7 @@ class AgentGrad(Teleprompter):
                 "speculate": speculate,
                 "validate_together": validate_together,
                 "cumulative_hints": cumulative_hints,
+                "cluster_schedule": cluster_schedule,
             },
         )
         self.config = AgentGradConfig(
@@ -253,7 +255,7 @@ class AgentGrad(Teleprompter):
             max_score=max_score,
             fix_threshold=fix_threshold,
             train_batch_size=train_batch_size,
-            cluster_schedule=tuple(cluster_schedule),
+            cluster_schedule=tuple(chosen["cluster_schedule"]),
             clustering=clustering,
             target_identification=target_identification,
             agent_supervision=agent_supervision,

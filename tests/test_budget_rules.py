@@ -106,6 +106,7 @@ def test_a_stack_that_loses_on_validation_falls_back_to_each_winner_alone():
 def test_the_paper_preset_sets_the_papers_procedure_and_an_option_passed_wins():
     paper = AgentGrad(feedback_metric, preset="paper", max_rounds=1, **FAST).config
     assert (paper.reuse_calls, paper.speculate, paper.validate_together, paper.cumulative_hints) == (False,) * 4
+    assert paper.cluster_schedule == (3, 2, 1)
     mixed = AgentGrad(feedback_metric, preset="paper", cumulative_hints=True, max_rounds=1, **FAST).config
     assert mixed.cumulative_hints and not mixed.validate_together
     default = AgentGrad(feedback_metric, max_rounds=1, **FAST).config
