@@ -68,11 +68,12 @@ def test_under_the_default_rounds_the_estimate_stays_above_the_run_and_within_tw
 def test_with_reuse_the_estimate_stays_above_the_run_and_within_twice_it(world, name):
     """With reuse (the default) the checks cost only the runs whose output changes: the estimate takes
     the share from the sample's hinted runs, an underestimate of the share reused on validation in this
-    world, and its rounds converge more slowly than the run does. Here it errs high, by less than 2x."""
+    world, and its rounds converge more slowly than the run does (the more so with the (2, 1) schedule and
+    candidates validated together, which fix more per round). Here it errs high, by less than 2.5x."""
     options, train_kinds = RUNS[name]
     estimate, result = _estimate_and_run(options, train_kinds, reuse_calls=True)
     assert result.reused_runs > 0
-    assert result.metric_calls <= estimate.metric_calls < 2 * result.metric_calls, (
+    assert result.metric_calls <= estimate.metric_calls < 2.5 * result.metric_calls, (
         estimate.summary(),
         result.metric_calls,
     )
