@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from .identity import check_resume_despite
-from .tracing import HINT_DELIVERIES
+from .program.tracing import HINT_DELIVERIES
 
 #: Candidates per preset, as dspy.GEPA's ``AUTO_RUN_SETTINGS``: equal ``auto`` means equal budgets.
 AUTO_CANDIDATES = {"light": 6, "medium": 12, "heavy": 18}
@@ -26,17 +26,6 @@ PRESETS = {
     },
 }
 VAL_ACCEPTANCE = ("strict", "non_decreasing")
-
-
-def preset_options(preset: str | None, given: dict[str, Any]) -> dict[str, Any]:
-    """The value of each option in ``given`` (None: not passed): the one passed, else the preset's, else the default."""
-    if preset is not None and preset not in PRESETS:
-        raise ValueError(f"preset must be one of {sorted(PRESETS)} or None; got {preset!r}")
-    chosen = PRESETS.get(preset, {}) if preset else {}
-    defaults = AgentGradConfig()
-    return {
-        name: value if value is not None else chosen.get(name, getattr(defaults, name)) for name, value in given.items()
-    }
 
 
 def auto_budget(auto: str, n_predictors: int, n_val: int) -> int:
@@ -64,6 +53,11 @@ def worst_case_calls(rounds: int, n_predictors: int, n_train: int, n_val: int, t
 
 @dataclass
 class AgentGradConfig:
+    """Every option of a run, with its default: defined once here, taken by ``AgentGrad(...)`` as keywords.
+
+    The README's option table explains each; :meth:`validate` says what is wrong with a bad value.
+    """
+
     auto: str | None = "light"
     max_metric_calls: int | None = None
     max_rounds: int | None = None
@@ -99,8 +93,34 @@ class AgentGradConfig:
     reuse_calls: bool = True
     speculate: bool = True
     validate_together: bool = True
+    preset: str | None = None
+
+    @classmethod
+    def from_options(cls, **options: Any) -> AgentGradConfig:
+        """The config for ``AgentGrad(...)``'s keyword options, not yet validated.
+
+        An unknown name raises the TypeError a call with a wrong keyword raises; sequences become
+        tuples (they are part of the run's fingerprint); ``num_threads=None`` means the default.
+        """
+        preset = options.get("preset")
+        if preset is not None and preset not in PRESETS:
+            raise ValueError(f"preset must be one of {sorted(PRESETS)} or None; got {preset!r}")
+        options = {**PRESETS.get(preset or "", {}), **options}  # an option passed explicitly wins
+        known = {f.name for f in fields(cls)}
+        for name in options:
+            if name not in known:
+                raise TypeError(f"AgentGrad() got an unexpected keyword argument {name!r}")
+        if "num_threads" in options and options["num_threads"] is None:
+            del options["num_threads"]
+        if "cluster_schedule" in options:
+            options["cluster_schedule"] = tuple(options["cluster_schedule"])
+        for name in ("label_fields", "optimize_predictors"):
+            if options.get(name) is not None:
+                options[name] = tuple(options[name])
+        return cls(**options)
 
     def validate(self) -> None:
+        """Raise a ValueError that says how to fix the first bad option."""
         if self.auto is not None and self.auto not in AUTO_CANDIDATES:
             raise ValueError(f"auto must be one of {sorted(AUTO_CANDIDATES)} or None; got {self.auto!r}")
         if self.auto is not None and self.max_metric_calls is not None:

@@ -7,7 +7,7 @@ import pytest
 from world import Pipeline, World, feedback_metric, make_data, world_lm
 
 from dspy_agentgrad import AgentGrad
-from dspy_agentgrad.budget import Budget, TaskCapReached, TaskTicket
+from dspy_agentgrad.runtime.budget import Budget, TaskCapReached, TaskTicket
 
 FAST = dict(retry_backoff_s=0, progress=False, auto=None)
 

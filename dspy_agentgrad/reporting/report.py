@@ -191,6 +191,7 @@ pre { white-space: pre-wrap; background: #f4f4f4; padding: 8px; }
 
 
 def render_html(result: AgentGradResult) -> str:
+    """The run's report as one self-contained HTML page (no files beside it, no scripts)."""
     names, rows = attribution_table(result)
     round_rows = "".join(
         f"<tr><td>{r.round}</td><td>{r.min_cluster_size}</td><td>{r.batch_size}</td><td>{r.failures}</td>"

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .callbacks import AgentGradCallback, AttributionDone, CandidateJudged, RunEnd, RunStart, ValidationScored
+from ..core.events import AgentGradCallback, AttributionDone, CandidateJudged, RunEnd, RunStart, ValidationScored
 from .report import render_html
 from .results import AgentGradResult
 
@@ -28,6 +28,7 @@ MAX_PARAM_CHARS = 500
 
 
 def import_mlflow():
+    """The mlflow module, or an ImportError that names the extra to install."""
     try:
         import mlflow
     except ImportError:
