@@ -137,7 +137,8 @@ class RoundEngine:
         cluster (as it would after their acceptance); the stack of winners then takes one validation
         pass instead of one per candidate. When the stack does not beat the best program, each winner is
         validated alone on the current program, in order, as :meth:`update` would, so a harmful
-        rewrite cannot ride along. When every winner is accepted, the decisions are :meth:`update`'s.
+        rewrite cannot ride along. When every candidate wins and is accepted, the decisions are
+        :meth:`update`'s, for one validation pass instead of one per candidate.
         """
         self.finish_validation()
         program, records, winners = dict(self.state.instructions), [], []
