@@ -22,7 +22,7 @@ from .instruction_proposer import InstructionProposer, RewriteRequest, checked_i
 from .jsonable import digest, to_jsonable
 from .paid_work import PaidWork
 from .parallel import current_batch
-from .retries import RetryPolicy, error_kind, is_transient
+from .retries import RetryPolicy, error_kind, is_transient, retried_by_the_lm
 from .signatures import (
     AbstractGradients,
     ExtractGradient,
@@ -146,6 +146,8 @@ class Proposer:
             if error is None:
                 return {"outputs": outputs, "usage": usage, "errors": errors}
             errors.append(error_kind(error))
+            if retried_by_the_lm(error):  # the prompt LM already retried it (num_retries)
+                break
             if attempt < self.retry.attempts and is_transient(error):
                 self.retry.wait(attempt, error)
         return {"outputs": None, "usage": usage, "errors": errors}

@@ -45,7 +45,7 @@ from dspy.signatures.signature import ensure_signature
 
 from .jsonable import digest, to_jsonable
 from .metric import Metric, MetricError, check_score_range
-from .retries import RetryPolicy, error_kind, is_transient
+from .retries import RetryPolicy, error_kind, is_transient, retry_here
 from .usage import empty_usage, track
 
 logger = logging.getLogger("dspy_agentgrad")
@@ -454,7 +454,7 @@ class ProgramRunner:
                 prediction, error = None, exc
             for key in total_usage:
                 total_usage[key] += usage[key]
-            if error is not None and is_transient(error) and attempt < self.retry.attempts:
+            if error is not None and retry_here(error) and attempt < self.retry.attempts:
                 self.retry.wait(attempt, error)
                 continue
             steps = control.steps()
@@ -494,7 +494,7 @@ class ProgramRunner:
                 if self.max_score is not None:
                     check_score_range(result.score, self.max_score, example)
                 return Outcome(result.score, result.feedback, None, steps, outputs, total_usage, attempts)
-            if is_transient(error) and attempt < self.retry.attempts:
+            if retry_here(error) and attempt < self.retry.attempts:
                 self.retry.wait(attempt, error)
                 continue
             self._log_metric_error(error)
