@@ -25,7 +25,7 @@ from typing import Any
 
 import dspy
 
-from .jsonable import to_jsonable
+from ..runtime.jsonable import to_jsonable
 
 REASONING_MARKERS = ("reason", "rationale", "thought")
 

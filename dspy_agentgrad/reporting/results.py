@@ -6,101 +6,23 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import dspy
-
-from .jsonable import to_jsonable
+from ..core.state import AttributionRecord, AttributionReport, CandidateRecord, RoundRecord, RunState
+from ..runtime.jsonable import to_jsonable
 
 if TYPE_CHECKING:
-    from .engine import RoundEngine
+    from ..runtime.budget import Budget
+
+__all__ = [  # the records live with the run's state; they are imported from here too
+    "AgentGradResult",
+    "AttributionRecord",
+    "AttributionReport",
+    "CandidateRecord",
+    "RoundRecord",
+    "paid_totals",
+    "why_unchanged",
+]
 
 RESULT_FORMAT = 1
-
-
-@dataclass
-class AttributionRecord:
-    """A failure fixed by hinting one predictor: the agent-level pseudo-label."""
-
-    example: dspy.Example
-    inputs: dict[str, Any]
-    original: dict[str, Any]
-    corrected: dict[str, Any]
-    feedback: str = ""
-    program_outputs: dict[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict:
-        return {
-            "example": to_jsonable(self.example.toDict()),
-            "inputs": self.inputs,
-            "original": self.original,
-            "corrected": self.corrected,
-            "feedback": self.feedback,
-        }
-
-
-@dataclass
-class AttributionReport:
-    """Steps 1-2 of AgentGrad: which predictor is at fault for each failure."""
-
-    order: list[str]
-    attributed: dict[str, list[AttributionRecord]]
-    hard_cases: list[dspy.Example]
-    passed: list[dspy.Example]
-    leaked: int = 0
-    explained_single: int = 0
-    explained_cumulative: int = 0
-    replay_misses: int = 0
-
-    def counts(self) -> dict[str, int]:
-        return {name: len(records) for name, records in self.attributed.items()}
-
-    def to_dict(self) -> dict:
-        return {
-            "order": self.order,
-            "attributed": {k: [r.to_dict() for r in v] for k, v in self.attributed.items()},
-            "hard_cases": [to_jsonable(e.toDict()) for e in self.hard_cases],
-            "passed": len(self.passed),
-            "rejected_as_label_leak": self.leaked,
-            "explained_single": self.explained_single,
-            "explained_cumulative": self.explained_cumulative,
-            "replay_misses": self.replay_misses,
-        }
-
-
-@dataclass
-class CandidateRecord:
-    round: int
-    predictor: str
-    cluster_size: int
-    min_cluster_size: int
-    gradient: str
-    previous_instruction: str
-    instruction: str | None
-    cluster_score_before: float | None = None
-    cluster_score_after: float | None = None
-    val_score: float | None = None
-    accepted: bool = False
-    reason: str = ""
-    metric_calls: int = 0
-
-
-@dataclass
-class RoundRecord:
-    round: int
-    min_cluster_size: int
-    batch_size: int
-    failures: int
-    attributed: dict[str, int]
-    hard_cases: int
-    label_leaks: int
-    gradients: int
-    clusters: int
-    waiting: int
-    candidates: int = 0
-    accepted: int = 0
-    best_val_score: float | None = None
-    metric_calls: int = 0
-    explained_single: int = 0
-    explained_cumulative: int = 0
 
 
 def why_unchanged(rounds: list[dict], candidates: list[dict], stop_reason: str) -> str:
@@ -181,8 +103,14 @@ class AgentGradResult:
     @classmethod
     def from_run(
         cls,
-        engine: RoundEngine,
+        state: RunState,
         *,
+        budget: Budget,
+        usage: dict,
+        reused_runs: int,
+        program_errors: dict[str, int],
+        prompt_role_failures: dict[str, int],
+        seed: int,
         initial_instructions: dict[str, str],
         wall_time_s: float,
         resumed: bool,
@@ -190,9 +118,8 @@ class AgentGradResult:
         options: dict,
         log_dir: str | None,
     ) -> AgentGradResult:
-        """The result of ``engine``'s run so far (also used for snapshots while it runs)."""
-        budget = engine.evaluator.budget
-        usage = engine.evaluator.ledger.to_dict()
+        """The result of a run so far, from its state and what it spent (also used for snapshots while it runs)."""
+        usage = dict(usage)
         if budget.max_prompt_cost:
             usage["prompt_cost_usd"] = budget.prompt_cost
 
@@ -200,26 +127,26 @@ class AgentGradResult:
             return float("nan") if value is None else value
 
         return cls(
-            best_val_score=score(engine.best_val_score),
-            initial_val_score=score(engine.initial_val_score),
-            final_instructions=dict(engine.instructions),
+            best_val_score=score(state.best_val_score),
+            initial_val_score=score(state.initial_val_score),
+            final_instructions=dict(state.instructions),
             initial_instructions=dict(initial_instructions),
-            candidates=list(engine.candidates),
-            rounds=list(engine.rounds),
-            val_history=list(engine.val_history),
+            candidates=list(state.candidates),
+            rounds=list(state.rounds),
+            val_history=list(state.val_history),
             metric_calls=budget.metric_calls,
             max_metric_calls=budget.max_metric_calls,
-            reused_runs=engine.evaluator.reused,
+            reused_runs=reused_runs,
             usage=usage,
-            program_errors=dict(engine.evaluator.errors),
-            prompt_role_failures=dict(engine.proposer.failures),
+            program_errors=dict(program_errors),
+            prompt_role_failures=dict(prompt_role_failures),
             wall_time_s=wall_time_s,
             segments=list(segments or []),
             paid=paid_totals(segments or []),
-            stop_reason=engine.stop_reason,
-            interrupted=engine.interrupted,
+            stop_reason=state.stop_reason,
+            interrupted=state.interrupted,
             resumed=resumed,
-            seed=engine.config.seed,
+            seed=seed,
             options=options,
             log_dir=log_dir,
         )
@@ -241,17 +168,21 @@ class AgentGradResult:
 
     @property
     def accepted(self) -> list[CandidateRecord]:
+        """The candidates that were kept, in the order they were judged."""
         return [c for c in self.candidates if c.accepted]
 
     @property
     def rejected(self) -> list[CandidateRecord]:
+        """The candidates that were not kept (each record says why)."""
         return [c for c in self.candidates if not c.accepted]
 
     @property
     def hard_cases(self) -> int:
+        """Failures no hint could fix, over all rounds."""
         return sum(r.hard_cases for r in self.rounds)
 
     def to_dict(self) -> dict:
+        """The JSON form written to ``result.json`` (read back by :meth:`from_dict`)."""
         data = {"format": RESULT_FORMAT, **asdict(self)}
         data["val_history"] = [list(p) for p in self.val_history]
         data["hard_cases_total"] = self.hard_cases
@@ -264,6 +195,7 @@ class AgentGradResult:
         return why_unchanged([asdict(r) for r in self.rounds], [asdict(c) for c in self.candidates], self.stop_reason)
 
     def to_markdown(self) -> str:
+        """The run as Markdown (``result.md``): scores, rounds, candidates, final instructions."""
         unchanged = self.why_unchanged()
         lines = [
             "# AgentGrad run",

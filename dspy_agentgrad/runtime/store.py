@@ -42,6 +42,7 @@ PROMPT_KEY_PREFIX = "role:"  # journal keys of prompt-LM calls; every other reco
 
 
 def atomic_write_json(path: Path, data: Any, indent: int | None = 2) -> None:
+    """Write JSON so a reader (or a crash) never sees half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
     with os.fdopen(fd, "w", encoding="utf-8") as handle:
@@ -117,6 +118,7 @@ class Segment:
     finished: bool = False
 
     def add(self, key: str, value: Any, at: float) -> None:
+        """Count one finished piece of paid work in this compile's segment."""
         usage = value.get("usage") if isinstance(value, dict) else None
         bucket = self.prompt if key.startswith(PROMPT_KEY_PREFIX) else self.task
         if not key.startswith(PROMPT_KEY_PREFIX) and not (isinstance(value, dict) and value.get("scored") is False):
@@ -127,6 +129,7 @@ class Segment:
         self.wall_time_s = max(self.wall_time_s, at)
 
     def to_dict(self) -> dict:
+        """A JSON-ready form, for ``result.json``'s segments."""
         return asdict(self)
 
 
@@ -267,6 +270,7 @@ class Memo:
         return None if stored is None else _decode(stored, self._texts)  # texts are only ever added
 
     def put(self, key: str, value: Any) -> None:
+        """Keep a paid result: in memory, in the segment's accounting, and as a journal line."""
         at = round(time.monotonic() - self._clock, 3)
         if self._fd is None:  # no journal (no log_dir): the segment's accounting only, nothing to encode
             with self._lock:

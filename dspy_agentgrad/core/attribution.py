@@ -10,15 +10,16 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import dspy
 
-from .budget import BudgetExhausted
-from .config import AgentGradConfig
-from .evaluation import Evaluator, Intervention
-from .hints import Hint, as_hint, leaks_label
-from .results import AttributionRecord, AttributionReport
-from .tracing import Outcome
+from ..config import AgentGradConfig
+from ..program.evaluation import Evaluator, Intervention
+from ..program.hints import Hint, as_hint, leaks_label
+from ..program.runs import Outcome
+from ..runtime.budget import BudgetExhausted
+from .state import AttributionRecord, AttributionReport
 
 logger = logging.getLogger("dspy_agentgrad")
 
@@ -27,6 +28,16 @@ logger = logging.getLogger("dspy_agentgrad")
 SPECULATE_WHEN_REUSED = 0.5
 
 HintFn = Callable[[dspy.Example, str, dspy.Prediction, str], "Hint | str | None"]
+
+
+@dataclass
+class Attribution:
+    """What steps 1-2 give the engine: the report, each example's run, and whether the hinted runs were
+    started ahead (``speculated``: most of them changed nothing, so the round's checks may be stacked too)."""
+
+    report: AttributionReport
+    outcomes: list[Outcome]
+    speculated: bool = False
 
 
 def execution_order(outcomes: list[Outcome]) -> list[str]:
@@ -53,8 +64,10 @@ def execution_order(outcomes: list[Outcome]) -> list[str]:
 
 
 class Attributor:
-    """Attributes a batch's failures to predictors for the program it is given; keeps whether the last
-    call speculated (``speculating``), which the engine reads to run the round's candidate checks ahead."""
+    """Attributes a batch's failures to predictors for the program it is given (steps 1-2).
+
+    ``_instructions`` and ``_speculating`` hold the current call's program and mode for its helpers; the
+    engine reads neither: :meth:`attribute` returns what it needs as an :class:`Attribution`."""
 
     def __init__(self, config: AgentGradConfig, evaluator: Evaluator, hint_fn: HintFn):
         self.config = config
@@ -62,12 +75,12 @@ class Attributor:
         self.hint_fn = hint_fn
         self.max_score = config.max_score
         self.fix_score = config.max_score if config.fix_threshold is None else config.fix_threshold
-        self.instructions: dict[str, str] = {}  # the program of the current call, which hinted runs run
-        self.speculating = False  # the current call's hinted runs are started ahead (see ``attribute``)
+        self._instructions: dict[str, str] = {}  # the program of the current call, which hinted runs run
+        self._speculating = False  # the current call's hinted runs are started ahead (see ``attribute``)
 
     def attribute(
         self, instructions: dict[str, str], examples: list[dspy.Example], round_index: int, phase: str = "evaluate"
-    ) -> tuple[AttributionReport, list[Outcome]]:
+    ) -> Attribution:
         """Failure set and sequential intervention in reverse execution order.
 
         A failure goes to the latest predictor whose hint fixes it without copying a revealed
@@ -80,11 +93,11 @@ class Attributor:
         that is not at fault usually changes nothing in this program: the runs every later level
         and step may need are then started together (``speculating``). The decisions are the
         same (each level reads its runs from the cache); only runs a level would have skipped are
-        paid, and those mostly cost no metric call.
+        paid, and those mostly cost no metric call. The engine is told (``Attribution.speculated``).
 
         ``round_index`` picks the predictor that takes every failure when ``target_identification`` is off.
         """
-        self.instructions, self.speculating = instructions, False
+        self._instructions, self._speculating = instructions, False
         outcomes = self.evaluator.evaluate(instructions, examples, phase)
         order = execution_order(outcomes)
         passed = [i for i, o in enumerate(outcomes) if o.score >= self.max_score]
@@ -92,7 +105,7 @@ class Attributor:
         attributed: dict[str, list[AttributionRecord]] = {name: [] for name in order}
         if not self.config.target_identification:
             self._assign_round_robin(examples, outcomes, unresolved, order, attributed, round_index)
-            return AttributionReport(order, attributed, [], [examples[i] for i in passed]), outcomes
+            return Attribution(AttributionReport(order, attributed, [], [examples[i] for i in passed]), outcomes)
         leaked = 0
         fallback: dict[int, tuple[str, AttributionRecord]] = {}
         levels = list(reversed(order))
@@ -100,8 +113,8 @@ class Attributor:
             hinted = self._hinted(examples, outcomes, [(i, (name,)) for i in unresolved])
             if level == 0 and hinted and self.evaluator.reuse and self.config.speculate:
                 reused = sum(not result.scored for _, _, result in hinted)
-                self.speculating = reused >= SPECULATE_WHEN_REUSED * len(hinted)
-                if self.speculating:
+                self._speculating = reused >= SPECULATE_WHEN_REUSED * len(hinted)
+                if self._speculating:
                     self._hinted(examples, outcomes, [(i, (n,)) for n in levels[1:] for i in unresolved])
             for index, hints, result in hinted:
                 record = self._fix_record(examples[index], outcomes[index], result, name)
@@ -134,7 +147,7 @@ class Attributor:
             explained_cumulative=cumulative,
             replay_misses=sum(o.replay_misses for o in outcomes),
         )
-        return report, outcomes
+        return Attribution(report, outcomes, self._speculating)
 
     def _hinted(
         self, examples: list[dspy.Example], outcomes: list[Outcome], items: list[tuple[int, tuple[str, ...]]]
@@ -162,7 +175,7 @@ class Attributor:
             jobs.append((index, hints, Intervention(examples[index], texts, replay, outcome)))
         if not jobs:
             return []
-        results = self.evaluator.intervene(self.instructions, [job for _, _, job in jobs])
+        results = self.evaluator.intervene(self._instructions, [job for _, _, job in jobs])
         return [(index, hints, result) for (index, hints, _), result in zip(jobs, results)]
 
     def _fixes(self, result: Outcome, original: Outcome) -> bool:
@@ -211,7 +224,7 @@ class Attributor:
         chains = {i: [n for n in reversed(order) if n in outcomes[i].order()] for i in unresolved}
         chains = {i: chain for i, chain in chains.items() if len(chain) >= 2}
         explained = 0
-        if self.speculating:
+        if self._speculating:
             self._hinted(
                 examples, outcomes, [(i, tuple(c[:d])) for i, c in chains.items() for d in range(2, len(c) + 1)]
             )
@@ -241,7 +254,7 @@ class Attributor:
         its hint (its witness), and the fixed run with exactly those hints."""
         state = {i: (list(targets), {targets[-1]: outcomes[i]}, run) for i, (targets, run) in fixed.items()}
         longest = max((len(targets) for targets, _ in fixed.values()), default=0)
-        if self.speculating:  # each drop tried on the full set: the runs needed when no earlier drop holds
+        if self._speculating:  # each drop tried on the full set: the runs needed when no earlier drop holds
             self._hinted(
                 examples,
                 outcomes,

@@ -24,10 +24,10 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .callbacks import AgentGradCallback, RunStart, ValidationScored
-from .clustering import min_cluster_size
-from .config import AgentGradConfig
-from .usage import empty_usage
+from ..config import AgentGradConfig
+from ..core.clustering import min_cluster_size
+from ..core.events import AgentGradCallback, RunStart, ValidationScored
+from ..runtime.usage import empty_usage
 
 logger = logging.getLogger("dspy_agentgrad")
 
@@ -52,6 +52,7 @@ class SampleStats:
     reuse_rate: float = 0.0
 
     def per_run(self, key: str) -> float:
+        """The sample's mean task-LM usage ``key`` per program run."""
         return self.task_usage.get(key, 0) / self.runs if self.runs else 0.0
 
 
@@ -74,9 +75,11 @@ class Estimate:
     sample: SampleStats
 
     def to_dict(self) -> dict:
+        """A JSON-ready form, for logs and tools."""
         return asdict(self)
 
     def summary(self) -> str:
+        """One line a person reads before deciding to pay for the run."""
         cap = f" (cap {self.max_metric_calls})" if self.max_metric_calls else ""
         usd = f"${self.usd:.2f}" if self.usd is not None else f"unpriced ({', '.join(self.unpriced)})"
         return (

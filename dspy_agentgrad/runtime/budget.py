@@ -58,10 +58,14 @@ class _Batch:
 
 @dataclass
 class Reservation:
+    """A handle on the parallel batch a prompt-LM call was admitted in, so its real usage settles there."""
+
     batch: Any
 
 
 class Budget:
+    """The run's caps (metric calls, prompt tokens, prompt USD): work is charged before it starts."""
+
     def __init__(
         self,
         max_metric_calls: int | None = None,
@@ -78,6 +82,7 @@ class Budget:
         self._lock = threading.Lock()
 
     def remaining(self) -> float:
+        """Metric calls left (infinite without a cap)."""
         if self.max_metric_calls is None:
             return float("inf")
         return self.max_metric_calls - self.metric_calls
@@ -143,6 +148,7 @@ CHARS_PER_TOKEN = 3
 
 
 def completion_bound(lm: Any) -> int:
+    """The most completion tokens one call of ``lm`` can take: what a worst case must assume."""
     kwargs = getattr(lm, "kwargs", None) or {}
     bound = kwargs.get("max_tokens") or kwargs.get("max_completion_tokens")
     return int(bound) if isinstance(bound, (int, float)) and bound > 0 else DEFAULT_COMPLETION_BOUND

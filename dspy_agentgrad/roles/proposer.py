@@ -16,13 +16,15 @@ from typing import Any
 
 import dspy
 
-from .budget import Budget, worst_case_usage
-from .clustering import GradientGroup, normalize_clusters
+from ..core.clustering import GradientGroup, normalize_clusters
+from ..runtime.budget import Budget, worst_case_usage
+from ..runtime.jsonable import digest, to_jsonable
+from ..runtime.paid_work import PaidWork
+from ..runtime.parallel import current_batch
+from ..runtime.retries import RetryPolicy, error_kind, is_transient, retried_by_the_lm
+from ..runtime.store import Memo
+from ..runtime.usage import UsageLedger, empty_usage, track
 from .instruction_proposer import InstructionProposer, RewriteRequest, checked_instruction
-from .jsonable import digest, to_jsonable
-from .paid_work import PaidWork
-from .parallel import current_batch
-from .retries import RetryPolicy, error_kind, is_transient, retried_by_the_lm
 from .signatures import (
     AbstractGradients,
     ExtractGradient,
@@ -30,8 +32,6 @@ from .signatures import (
     RewriteInstruction,
     SummarizeGradients,
 )
-from .store import Memo
-from .usage import UsageLedger, empty_usage, track
 
 logger = logging.getLogger("dspy_agentgrad")
 
@@ -58,10 +58,13 @@ class StepRole:
 
 
 def numbered(texts: list[str]) -> str:
+    """Texts numbered from 0, as the aggregator role refers to them."""
     return "\n".join(f"[{i}] {t}" for i, t in enumerate(texts))
 
 
 class Proposer:
+    """The optimizer's LM roles; each call is paid once (journaled), retried, and metered against the budget."""
+
     def __init__(
         self,
         prompt_model: Any,
@@ -153,11 +156,13 @@ class Proposer:
         return {"outputs": None, "usage": usage, "errors": errors}
 
     def fields(self, values: dict[str, Any]) -> str:
+        """Field values as prompt text, each cut to ``max_field_chars``."""
         return format_fields(values, self.max_field_chars)
 
     def gradient(
         self, role: StepRole, instruction: str, step_inputs: dict, original: dict, corrected: dict
     ) -> str | None:
+        """Step 3 with agent supervision: what the predictor should change, from its output and the corrected one."""
         out = self._call(
             "gradient",
             ExtractGradient,
@@ -175,6 +180,7 @@ class Proposer:
     def system_gradient(
         self, instruction: str, program_inputs: dict, program_output: dict, expected: str
     ) -> str | None:
+        """Step 3 without a pseudo-label: a gradient from the program's output and the expected one."""
         out = self._call(
             "gradient",
             ExtractSystemGradient,
@@ -207,6 +213,7 @@ class Proposer:
         return clusters or None
 
     def summarize(self, instruction: str, gradients: list[str]) -> str | None:
+        """One generalized gradient for a group of gradients (TF-IDF or embedding clustering)."""
         out = self._call(
             "abstract", SummarizeGradients, {"current_instruction": instruction, "gradients": numbered(gradients)}
         )

@@ -41,6 +41,7 @@ class Slots:
 
     @contextmanager
     def held(self, background: bool) -> Iterator[None]:
+        """Hold one of the run's thread slots; background work waits while foreground work does."""
         with self._cond:
             self.waiting += not background
             while self.free == 0 or (background and self.waiting):
@@ -84,6 +85,7 @@ def current_batch() -> Any:
 
 
 def parallel_map(fn: Callable[[T], R], items: Sequence[T], num_threads: int) -> list[R]:
+    """``fn`` over ``items`` within the run's thread slots; results in item order, whatever the thread count."""
     batch = object()
     slots = _SLOTS.get() if _BATCH.get() is None else None  # work inside a batch already holds a slot
     background = _BACKGROUND.get()

@@ -8,8 +8,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from .budget import Budget
-from .callbacks import (
+from ..core.events import (
     AgentGradCallback,
     AttributionDone,
     CandidateJudged,
@@ -19,8 +18,9 @@ from .callbacks import (
     RunEnd,
     ValidationScored,
 )
+from ..runtime.budget import Budget
+from ..runtime.store import atomic_write_json
 from .results import AgentGradResult
-from .store import atomic_write_json
 
 
 class ProgressBar(AgentGradCallback):

@@ -36,19 +36,20 @@ import traceback
 from collections import defaultdict
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any
 
 import dspy
 import pydantic
 from dspy.signatures.signature import ensure_signature
 
-from .jsonable import digest, to_jsonable
+from ..runtime.jsonable import digest, to_jsonable
+from ..runtime.retries import RetryPolicy, error_kind, is_transient, retry_here
+from ..runtime.usage import empty_usage, track
 from .metric import Metric, MetricError, check_score_range
-from .retries import RetryPolicy, error_kind, is_transient, retry_here
-from .usage import empty_usage, track
+from .runs import Outcome, Reference, Step
 
 logger = logging.getLogger("dspy_agentgrad")
+
 
 HINT_HEADER = "Hint for this example only (use it to produce a correct output):"
 HINT_FIELD = "example_hint"  # not dspy.Refine's "hint_": Refine overwrites that one with its own advice
@@ -60,101 +61,6 @@ _NAME_ATTR = "_agentgrad_name"
 
 class ProgramBug(RuntimeError):
     """The program raised the same error of its own (not an LM error) on each of its first runs."""
-
-
-@dataclass
-class Step:
-    """One predictor call: which predictor, its call number in the run, its inputs and outputs.
-
-    ``prediction`` is the live object the call returned, kept in memory only (never journaled)
-    so that replay hands back the same types.
-    """
-
-    name: str
-    inputs: dict[str, Any]
-    outputs: dict[str, Any]
-    call: int = 0
-    prediction: Any = field(default=None, repr=False, compare=False)
-
-    def to_dict(self) -> dict:
-        return {"name": self.name, "call": self.call, "inputs": self.inputs, "outputs": self.outputs}
-
-    @classmethod
-    def from_dict(cls, data: dict) -> Step:
-        return cls(data["name"], data["inputs"], data["outputs"], data.get("call", 0))
-
-
-@dataclass
-class Outcome:
-    """The result of one scored program run (one metric call)."""
-
-    score: float
-    feedback: str = ""
-    error: str | None = None
-    steps: list[Step] = field(default_factory=list)
-    outputs: dict[str, Any] = field(default_factory=dict)
-    usage: dict[str, int] = field(default_factory=empty_usage)
-    attempts: int = 1
-    replay_misses: int = 0
-    scored: bool = True  # False: the program output equals its reference run's, whose score it took
-
-    def order(self) -> list[str]:
-        """Predictor names in order of first call in this run."""
-        seen: list[str] = []
-        for step in self.steps:
-            if step.name not in seen:
-                seen.append(step.name)
-        return seen
-
-    def calls(self, name: str) -> list[Step]:
-        """Every call of predictor ``name`` in this run, in call order."""
-        return sorted((s for s in self.steps if s.name == name), key=lambda s: s.call)
-
-    def first_step(self, name: str) -> Step | None:
-        calls = self.calls(name)
-        return calls[0] if calls else None
-
-    def to_dict(self) -> dict:
-        data = {
-            "score": self.score,
-            "feedback": self.feedback,
-            "error": self.error,
-            "steps": [s.to_dict() for s in self.steps],
-            "outputs": self.outputs,
-            "usage": self.usage,
-            "attempts": self.attempts,
-            "replay_misses": self.replay_misses,
-        }
-        if not self.scored:
-            data["scored"] = False
-        return data
-
-    @classmethod
-    def from_dict(cls, data: dict) -> Outcome:
-        return cls(
-            score=data["score"],
-            feedback=data.get("feedback", ""),
-            error=data.get("error"),
-            steps=[Step.from_dict(s) for s in data.get("steps", [])],
-            outputs=data.get("outputs", {}),
-            usage=data.get("usage", empty_usage()),
-            attempts=data.get("attempts", 1),
-            replay_misses=data.get("replay_misses", 0),
-            scored=data.get("scored", True),
-        )
-
-
-@dataclass
-class Reference:
-    """An earlier run of the same example, and the predictors whose instruction or hint differs from it."""
-
-    outcome: Outcome
-    changed: frozenset[str]
-
-    def reusable_steps(self, replayed: Iterable[Step] = ()) -> list[Step]:
-        """The calls of unchanged predictors, except those already in the run's strict replay."""
-        taken = {id(step) for step in replayed}
-        return [s for s in self.outcome.steps if s.name not in self.changed and id(s) not in taken]
 
 
 def _inputs_key(name: str, inputs: dict[str, Any]) -> str:
@@ -196,28 +102,34 @@ class RunControl:
         return sequence, call
 
     def take_replay(self, name: str, inputs: dict[str, Any]) -> Step | None:
+        """The recorded call to hand back for this predictor and inputs, if one is left."""
         with self._lock:
             queue = self._replay.get(_inputs_key(name, inputs))
             return queue.pop(0) if queue else None
 
     def record(self, sequence: int, step: Step) -> None:
+        """Keep a finished call, by its start order (threads may finish out of order)."""
         with self._lock:
             self._recorded.append((sequence, step))
 
     def missed_replay(self) -> None:
+        """Count a call that should have been replayed but ran live (reported per run)."""
         with self._lock:
             self.replay_misses += 1
 
     def predictor_error(self, error: BaseException) -> None:
+        """Keep an error a predictor raised, to tell the program's own bugs from LM errors."""
         with self._lock:
             self.predictor_errors.append(error)
 
     def steps(self) -> list[Step]:
+        """The run's calls in start order."""
         with self._lock:
             return [step for _, step in sorted(self._recorded, key=lambda pair: pair[0])]
 
 
 def hinted_instruction(instruction: str, hint: str) -> str:
+    """An instruction with the hint appended (``hint_delivery='instruction'``)."""
     return f"{instruction}\n\n{HINT_HEADER}\n{hint}"
 
 

@@ -31,6 +31,8 @@ class RewriteRequest:
 
 @runtime_checkable
 class InstructionProposer(Protocol):
+    """Your own rewrite step: a callable from a :class:`RewriteRequest` to the new instruction (None: no rewrite)."""
+
     def __call__(self, request: RewriteRequest) -> str | None: ...
 
 

@@ -86,6 +86,7 @@ def _cosine_groups(vectors, distance_threshold: float) -> list[list[int]]:
 
 
 def random_minibatches(n: int, size: int, rng: random.Random) -> list[list[int]]:
+    """Indices 0..n-1 shuffled and cut into batches of ``size``: the ablation without semantic abstraction."""
     order = list(range(n))
     rng.shuffle(order)
     return [order[i : i + size] for i in range(0, n, max(1, size))]

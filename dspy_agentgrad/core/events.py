@@ -15,13 +15,15 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from .results import AttributionReport, CandidateRecord, RoundRecord
+from .state import AttributionReport, CandidateRecord, RoundRecord
 
 logger = logging.getLogger("dspy_agentgrad")
 
 
 @dataclass(frozen=True)
 class RunStart:
+    """The run begins: the predictors and the sizes and caps it runs under."""
+
     predictors: list[str]
     n_train: int
     n_val: int
@@ -43,6 +45,8 @@ class ValidationScored:
 
 @dataclass(frozen=True)
 class RoundStart:
+    """A round begins: its minimum cluster size and batch, and the metric calls spent so far."""
+
     round: int
     min_cluster_size: int
     batch_size: int
@@ -51,6 +55,8 @@ class RoundStart:
 
 @dataclass(frozen=True)
 class AttributionDone:
+    """Steps 1-2 of a round are done: who was blamed for which failure."""
+
     round: int
     report: AttributionReport
     failures: int
@@ -59,6 +65,8 @@ class AttributionDone:
 
 @dataclass(frozen=True)
 class CandidateProposed:
+    """A rewrite is about to be judged: the cluster it answers and the new instruction."""
+
     round: int
     predictor: str
     cluster_size: int
@@ -77,11 +85,15 @@ class CandidateJudged:
 
 @dataclass(frozen=True)
 class RoundEnd:
+    """A round is done: its record (counts, decisions, best score so far)."""
+
     record: RoundRecord
 
 
 @dataclass(frozen=True)
 class RunEnd:
+    """The run stopped: why, and the scores it went from and to."""
+
     stop_reason: str
     interrupted: bool
     initial_score: float | None
@@ -93,23 +105,32 @@ class RunEnd:
 class AgentGradCallback:
     """Base class with a no-op method per event; override what you need."""
 
-    def on_run_start(self, event: RunStart) -> None: ...
+    def on_run_start(self, event: RunStart) -> None:
+        """Called once, before the starting program is validated."""
 
-    def on_validation_scored(self, event: ValidationScored) -> None: ...
+    def on_validation_scored(self, event: ValidationScored) -> None:
+        """Called after each full validation pass (the starting program's, then each candidate's)."""
 
-    def on_round_start(self, event: RoundStart) -> None: ...
+    def on_round_start(self, event: RoundStart) -> None:
+        """Called when a round draws its batch."""
 
-    def on_attribution(self, event: AttributionDone) -> None: ...
+    def on_attribution(self, event: AttributionDone) -> None:
+        """Called when a round's failures are attributed (steps 1-2)."""
 
-    def on_candidate_proposed(self, event: CandidateProposed) -> None: ...
+    def on_candidate_proposed(self, event: CandidateProposed) -> None:
+        """Called when a rewrite is about to be judged."""
 
-    def on_candidate_accepted(self, event: CandidateJudged) -> None: ...
+    def on_candidate_accepted(self, event: CandidateJudged) -> None:
+        """Called when a rewrite won both stages and became the current program."""
 
-    def on_candidate_rejected(self, event: CandidateJudged) -> None: ...
+    def on_candidate_rejected(self, event: CandidateJudged) -> None:
+        """Called when a rewrite was not kept (its record says why)."""
 
-    def on_round_end(self, event: RoundEnd) -> None: ...
+    def on_round_end(self, event: RoundEnd) -> None:
+        """Called when a round is done."""
 
-    def on_run_end(self, event: RunEnd) -> None: ...
+    def on_run_end(self, event: RunEnd) -> None:
+        """Called once when the run stops, for any reason (Ctrl-C included)."""
 
 
 EVENT_METHODS = tuple(name for name in vars(AgentGradCallback) if name.startswith("on_"))

@@ -25,6 +25,8 @@ class MetricError(TypeError):
 
 @dataclass(frozen=True)
 class MetricResult:
+    """A metric's answer in one shape, whatever the user's metric returned."""
+
     score: float
     feedback: str
 
@@ -80,6 +82,7 @@ class Metric:
         return self.parse(raw)
 
     def parse(self, raw: Any) -> MetricResult:
+        """A :class:`MetricResult` from a number, bool, dict or ``dspy.Prediction``; an error says what to return."""
         feedback = ""
         value = raw
         if isinstance(raw, dict):

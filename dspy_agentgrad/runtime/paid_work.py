@@ -22,6 +22,8 @@ T = TypeVar("T")
 
 
 class PaidWork(Generic[T]):
+    """Work that costs money, done once per key: looked up, awaited, or paid and journaled."""
+
     def __init__(self, memo: Memo, encode: Callable[[T], Any], decode: Callable[[Any], T]):
         self.memo = memo
         self.encode = encode

@@ -284,6 +284,7 @@ def _clip(value: object, width: int = 160) -> str:
 
 
 def render_html(result: AgentGradResult) -> str:
+    """The run's report as one self-contained HTML page (no files beside it, no scripts)."""
     names, rows = attribution_table(result)
     round_rows = "".join(
         f"<tr><td>{r.round}</td><td>{r.min_cluster_size}</td><td>{r.batch_size}</td><td>{r.failures}</td>"

@@ -8,6 +8,7 @@ from typing import Any
 
 
 def to_jsonable(value: Any) -> Any:
+    """``value`` as plain JSON types, so results, events and journal lines always serialize."""
     if value is None or isinstance(value, (str, bool, int, float)):
         return value
     if isinstance(value, dict):
@@ -28,4 +29,5 @@ def digest(value: Any, length: int = 16) -> str:
 
 
 def example_key(example: Any) -> str:
+    """A stable key for an example: its fields' digest (the same across processes and resumes)."""
     return digest(example.toDict() if hasattr(example, "toDict") else example)

@@ -16,6 +16,7 @@ from dspy.utils.usage_tracker import UsageTracker
 
 
 def empty_usage() -> dict[str, int]:
+    """Zero LM usage (calls and tokens), the unit every counter adds to."""
     return {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0}
 
 
@@ -71,12 +72,14 @@ class UsageLedger:
         self.by_phase: dict[str, dict[str, int]] = defaultdict(empty_usage)
 
     def add(self, role: str, phase: str, usage: dict[str, int]) -> None:
+        """Add one call's usage under its role and phase."""
         with self._lock:
             for bucket in (self.by_role[role], self.by_phase[phase]):
                 for key in bucket:
                     bucket[key] += _num(usage.get(key, 0))
 
     def to_dict(self) -> dict:
+        """Usage per role and per phase, for the result."""
         with self._lock:
             roles = {role: dict(self.by_role.get(role, empty_usage())) for role in ("task", "prompt")}
             return {**roles, "by_phase": {phase: dict(v) for phase, v in sorted(self.by_phase.items())}}

@@ -116,6 +116,8 @@ def retry_after_s(error: BaseException | None) -> float | None:
 
 @dataclass
 class RetryPolicy:
+    """How often and how long to retry a transient error (rate limits, timeouts)."""
+
     attempts: int = 3
     backoff_s: float = 1.0
     max_retry_after_s: float = MAX_RETRY_AFTER_S

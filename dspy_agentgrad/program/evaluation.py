@@ -20,17 +20,17 @@ import threading
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from fractions import Fraction
 
 import dspy
 
-from .budget import Budget
-from .jsonable import digest, example_key
-from .paid_work import PaidWork
-from .parallel import parallel_map
-from .store import Memo
-from .tracing import Outcome, ProgramRunner, Reference, Step, check_first_runs
-from .usage import UsageLedger
+from ..runtime.budget import Budget
+from ..runtime.jsonable import digest, example_key
+from ..runtime.paid_work import PaidWork
+from ..runtime.parallel import parallel_map
+from ..runtime.store import Memo
+from ..runtime.usage import UsageLedger
+from .runs import Outcome, Reference, Step
+from .tracing import ProgramRunner, check_first_runs
 
 #: Earlier plain runs kept per example as candidate references.
 REFERENCES_KEPT = 6
@@ -48,28 +48,6 @@ class Intervention:
     original: Outcome | None = None
 
 
-@dataclass
-class RaceResult:
-    """A candidate scored against a bar: its total, or the proof that it cannot clear the bar."""
-
-    total: Fraction | None  # exact sum of scores over all examples; None when stopped early
-    scored: int  # examples scored before the decision
-
-    @property
-    def stopped_early(self) -> bool:
-        return self.total is None
-
-
-def exact_total(outcomes: list[Outcome]) -> Fraction:
-    """The sum of the scores in exact arithmetic: no rounding, so no order or chunking changes a comparison."""
-    return sum((Fraction(o.score) for o in outcomes), Fraction(0))
-
-
-def cannot_clear(best_possible: Fraction, bar: Fraction, strict: bool) -> bool:
-    """True when a total of at most ``best_possible`` cannot pass ``bar`` (``> bar``, or ``>= bar``)."""
-    return best_possible <= bar if strict else best_possible < bar
-
-
 def _changed(instructions: dict[str, str], other: dict[str, str]) -> frozenset[str]:
     """The predictors whose instruction differs between two programs."""
     return frozenset(n for n in set(instructions) | set(other) if instructions.get(n) != other.get(n))
@@ -82,6 +60,7 @@ def _chain_keys(chains: list[tuple[dspy.Example, list[dict[str, str]]]]) -> tupl
 
 
 def state_key(instructions: dict[str, str]) -> str:
+    """The key of a program (its instructions): runs under equal programs are the same paid work."""
     return digest(instructions)
 
 
@@ -115,6 +94,7 @@ class Evaluator:
         self._first_runs_checked = False
 
     def evaluate(self, instructions: dict[str, str], examples: list[dspy.Example], phase: str) -> list[Outcome]:
+        """Scored runs of ``examples`` under ``instructions``; the first call also checks the program runs at all."""
         outcomes = self.evaluate_many([(instructions, examples)], phase)[0]
         if not self._first_runs_checked:
             self._first_runs_checked = True
@@ -183,37 +163,10 @@ class Evaluator:
                 for state, outcome in zip(states, outcomes):
                     self._remember(state, example, outcome)
 
-    def race(
-        self,
-        instructions: dict[str, str],
-        examples: list[dspy.Example],
-        phase: str,
-        bar: Fraction,
-        *,
-        strict: bool,
-        max_score: float,
-        chunk_size: int,
-    ) -> RaceResult:
-        """Score ``examples`` in order, in chunks of ``chunk_size``, until the total can no longer pass ``bar``.
-
-        Exact early rejection: after each chunk, if even ``max_score`` on every example left could not
-        give a total above ``bar`` (at least ``bar`` when not ``strict``), scoring stops. The chunks
-        are fixed and decided between, so the decision and the metric calls spent are the same at
-        any thread count.
-        """
-        total, done, top = Fraction(0), 0, Fraction(max_score)
-        for start in range(0, len(examples), chunk_size):
-            chunk = examples[start : start + chunk_size]
-            total += exact_total(self.evaluate(instructions, chunk, phase))
-            done += len(chunk)
-            left = len(examples) - done
-            if left and cannot_clear(total + left * top, bar, strict):
-                return RaceResult(None, done)
-        return RaceResult(total, done)
-
     def intervene(
         self, instructions: dict[str, str], items: list[Intervention], phase: str = "intervene"
     ) -> list[Outcome]:
+        """Hinted re-runs (steps 1-2), each keyed by program, example and hints so it is paid once."""
         sk = state_key(instructions)
         keys = [f"hint:{sk}:{example_key(it.example)}:{digest(it.hints)}" for it in items]
 

@@ -29,8 +29,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .callbacks import AgentGradCallback, AttributionDone, CandidateJudged, RunEnd, RunStart, ValidationScored
-from .pricing import price_function
+from ..core.events import AgentGradCallback, AttributionDone, CandidateJudged, RunEnd, RunStart, ValidationScored
+from ..runtime.pricing import price_function
 from .report import render_html
 from .results import AgentGradResult
 
@@ -39,6 +39,7 @@ MAX_PARAM_CHARS = 500
 
 
 def import_mlflow():
+    """The mlflow module, or an ImportError that names the extra to install."""
     try:
         import mlflow
     except ImportError:
