@@ -35,7 +35,7 @@ from .reporting.estimate import Estimate, SampleStats, StartEstimate, build_esti
 from .reporting.observers import ProgressBar, StateSnapshot
 from .reporting.report import write_report
 from .reporting.results import AgentGradResult, AttributionReport
-from .reporting.tracking import MlflowTracker, import_mlflow
+from .reporting.tracking import MlflowTracker, autolog_logs_compiles, follow_dspy_autolog, import_mlflow
 from .roles.instruction_proposer import InstructionProposer
 from .roles.proposer import Proposer
 from .runtime.budget import Budget
@@ -409,10 +409,10 @@ class AgentGrad(Teleprompter):
             self.config.max_score,
         )
         observers: list[Any] = [ProgressBar(budget, self.progress), start_estimate]
-        if self.config.use_mlflow:
-            observers.append(
-                MlflowTracker(options, snapshot, lambda r: _with_instructions(student, r.final_instructions))
-            )
+        if self.config.use_mlflow or autolog_logs_compiles():
+            task, prompt = self._lms()
+            optimized = lambda r: _with_instructions(student, r.final_instructions)  # noqa: E731
+            observers.append(MlflowTracker(options, {"task": task, "prompt": prompt}, snapshot, optimized))
         if self.log_dir is not None:
             observers.append(StateSnapshot(self.log_dir / "state.json", snapshot))
         engine = self._engine(parts, trainset, valset, state, observers + self.event_callbacks)
@@ -467,3 +467,4 @@ def _options_signature() -> inspect.Signature:
 
 
 AgentGrad.__init__.__signature__ = _options_signature()
+follow_dspy_autolog()  # an mlflow.dspy.autolog() called before this import would otherwise miss AgentGrad

@@ -77,7 +77,7 @@ def test_the_compile_is_one_finished_run_with_params_metrics_and_artifacts(store
 
 def test_every_metric_is_stepped_by_metric_calls(store):
     """One step unit on every chart: a round's blame is logged at the metric calls spent when it was
-    decided (after the previous round ended, by the end of its own), with the round as a metric."""
+    decided (from the previous round's end to its own), with the round as a metric."""
     result = compile_once()
     [run] = runs(store)
 
@@ -87,8 +87,8 @@ def test_every_metric_is_stepped_by_metric_calls(store):
     blamed, rounds = history("attributed.extract"), history("round")
     assert [m.value for m in blamed] == [r.attributed["extract"] for r in result.rounds]
     assert [m.value for m in rounds] == [r.round for r in result.rounds]
-    ends = [0] + [r.metric_calls for r in result.rounds]
-    assert all(ends[i] < m.step <= ends[i + 1] for i, m in enumerate(blamed))
+    ends = [0] + [r.metric_calls for r in result.rounds]  # a round may reuse every run: then no call is spent
+    assert blamed[0].step > 0 and all(ends[i] <= m.step <= ends[i + 1] for i, m in enumerate(blamed))
     assert [m.step for m in rounds] == [m.step for m in blamed]
     for key in run.data.metrics:
         assert all(0 < m.step <= result.metric_calls for m in history(key)), key

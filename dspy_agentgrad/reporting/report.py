@@ -278,7 +278,8 @@ def blame_html(result: AgentGradResult) -> str:
 
 
 def _clip(value: object, width: int = 160) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    """Fields as ``name: value`` on one line, cut at ``width``."""
+    text = "; ".join(f"{k}: {v}" for k, v in value.items()) if isinstance(value, dict) else str(value)
     text = " ".join(text.split())
     return text if len(text) <= width else text[: width - 1] + "\u2026"
 
