@@ -164,10 +164,7 @@ def _spent(c) -> str:
     """The metric calls a candidate's judging paid, said so that a score with 0 calls reads as no contradiction."""
     if c.metric_calls or c.cluster_score_after is None:
         return f"{c.metric_calls} metric calls paid while judged"
-    return (
-        "0 metric calls paid while judged (its runs were paid ahead by speculation, "
-        "or reused the scores of identical earlier outputs)"
-    )
+    return "0 metric calls paid while judged (paid ahead by speculation, or scores of identical outputs reused)"
 
 
 def _candidate_html(index: int, c) -> str:
@@ -199,7 +196,8 @@ del { background: #fdd; color: #900; } ins { background: #dfd; color: #060; text
 pre { white-space: pre-wrap; background: #f4f4f4; padding: 8px; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
 .up { background: #dfd; } .down { background: #fdd; }
-dl.glossary dt { font-weight: bold; margin-top: 6px; } dl.glossary dd { margin-left: 16px; }
+dl.glossary { display: grid; grid-template-columns: max-content auto; gap: 2px 12px; font-size: 0.9em; }
+dl.glossary dt { font-weight: bold; } dl.glossary dd { margin: 0; }
 details { margin: 8px 0; } summary { cursor: pointer; }
 """
 
@@ -221,14 +219,14 @@ GLOSSARY = (
 def glossary_html() -> str:
     """The report's terms, each in one line."""
     items = "".join(f"<dt>{html.escape(term)}</dt><dd>{html.escape(text)}</dd>" for term, text in GLOSSARY)
-    return f'<details><summary>What the terms mean</summary><dl class="glossary">{items}</dl></details>'
+    return f'<details open><summary>What the terms mean</summary><dl class="glossary">{items}</dl></details>'
 
 
 def usage_html(result: AgentGradResult) -> str:
     """LM calls and tokens per role (and per phase, when recorded), as a table."""
     keys = ("calls", "prompt_tokens", "completion_tokens")
     rows = [(f"{role} LM", result.usage.get(role) or {}) for role in ("task", "prompt")]
-    rows += [(f"&nbsp;&nbsp;phase: {html.escape(p)}", u) for p, u in (result.usage.get("by_phase") or {}).items()]
+    rows += [(f"&nbsp;&nbsp;phase {html.escape(p)} (both LMs)", u) for p, u in (result.usage.get("by_phase") or {}).items()]
     body = "".join(
         f"<tr><td>{label}</td>" + "".join(f'<td class="num">{usage.get(k, 0):,}</td>' for k in keys) + "</tr>"
         for label, usage in rows
