@@ -226,7 +226,8 @@ def usage_html(result: AgentGradResult) -> str:
     """LM calls and tokens per role (and per phase, when recorded), as a table."""
     keys = ("calls", "prompt_tokens", "completion_tokens")
     rows = [(f"{role} LM", result.usage.get(role) or {}) for role in ("task", "prompt")]
-    rows += [(f"&nbsp;&nbsp;phase {html.escape(p)} (both LMs)", u) for p, u in (result.usage.get("by_phase") or {}).items()]
+    phases = result.usage.get("by_phase") or {}
+    rows += [(f"&nbsp;&nbsp;phase {html.escape(p)} (both LMs)", u) for p, u in phases.items()]
     body = "".join(
         f"<tr><td>{label}</td>" + "".join(f'<td class="num">{usage.get(k, 0):,}</td>' for k in keys) + "</tr>"
         for label, usage in rows
