@@ -189,7 +189,7 @@ def project_calls(
         new = max(0.0, min(fresh, n_train - ever))
         spent = new + (fresh - new) * change + sum(rates.values()) * fresh * hints
         minimum = min_cluster_size(config.cluster_schedule, tally.rounds)
-        gradients, candidates, shared_val = 0.0, 0.0, 0.0
+        gradients, candidates, stacked = 0.0, 0.0, 0.0
         for name in [n for n in predictors if n in trainable]:
             pool = rates[name] * batch + waiting[name]
             gradients += rates[name] * batch
@@ -200,13 +200,17 @@ def project_calls(
             # its cluster under the rewrite; the validation set when it wins there (alone, or in the round's
             # one shared pass under ``validate_together``)
             spent += pool + (0.0 if config.validate_together else win * changed_val)
-            shared_val = max(shared_val, changed_val)
+            stacked += rates[name]
             candidates, waiting[name] = candidates + 1, 0.0
             rates[name] *= 1 - win  # an accepted rewrite fixes the failures blamed on its predictor
             if rates[name] * n_train < 1:
                 rates[name] = 0.0  # not one failure of it left in the training set
-        if config.validate_together:  # one validation pass when any candidate of the round wins its cluster
-            spent += shared_val * (1 - (1 - win) ** candidates)
+        if config.validate_together:
+            # one validation pass when any candidate of the round wins its cluster, on the stack of the
+            # winners: its output changes on the failures of every winner's predictor (each wins with
+            # ``win``), and on the other examples when a change shows (as one candidate's pass)
+            stacked = min(1.0, stacked)
+            spent += n_val * (win * stacked + (1 - win * stacked) * change * (1 - (1 - win) ** candidates))
         if max_metric_calls is not None and tally.metric_calls + spent > max_metric_calls:
             tally.metric_calls, tally.rounds = max_metric_calls, tally.rounds + 1  # stops at the step that won't fit
             break
