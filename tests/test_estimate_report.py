@@ -231,7 +231,9 @@ def test_candidates_are_placed_on_the_curve_where_they_were_validated(finished_r
     result = AgentGradResult.from_dict(json.loads((finished_run / "result.json").read_text()))
     positions = candidate_positions(result)
     assert [(calls, score) for calls, score, accepted in positions if accepted] == result.val_history[1:]
-    assert len(positions) == sum(c.val_score is not None for c in result.candidates)
+    # one point per validation pass: winners validated together (validate_together) share theirs
+    validated = [(c.validated_at, c.val_score, c.accepted) for c in result.candidates if c.val_score is not None]
+    assert len(validated) > len(positions) == len(set(positions)) and set(validated) == set(positions)
     page = (finished_run / "report.html").read_text()
     assert page.count("<title>rejected candidate at") == sum(not a for _, _, a in positions) > 0
 

@@ -155,7 +155,7 @@ class Acceptance:
         if result.stopped_early:
             record.reason = f"no gain on validation (stopped after {result.scored}/{len(self.valset)}: cannot win)"
             return False
-        record.val_score = float(result.total / len(self.valset))
+        record.val_score, record.validated_at = float(result.total / len(self.valset)), self.budget.metric_calls
         self.emit(
             "on_validation_scored",
             ValidationScored(

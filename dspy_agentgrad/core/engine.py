@@ -165,7 +165,7 @@ class RoundEngine:
         last.metric_calls += self.budget.metric_calls - start
         if together:
             for record in winners:
-                record.accepted, record.val_score = True, last.val_score
+                record.accepted, record.val_score, record.validated_at = True, last.val_score, last.validated_at
                 if len(winners) > 1:
                     record.reason = f"{last.reason}, validated with {len(winners) - 1} other winner(s)"
             self._install(program)
@@ -183,7 +183,7 @@ class RoundEngine:
         if needed > self.budget.remaining():
             raise BudgetExhausted(f"the next validation pass needs up to {needed} metric calls")
         start = self.budget.metric_calls
-        record.accepted, record.val_score = False, None
+        record.accepted, record.val_score, record.validated_at = False, None, None
         if self.acceptance.validate(record, candidate):
             self._install(candidate)
         record.metric_calls += self.budget.metric_calls - start

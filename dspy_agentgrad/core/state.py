@@ -142,6 +142,7 @@ class CandidateRecord:
     accepted: bool = False
     reason: str = ""
     metric_calls: int = 0
+    validated_at: int | None = None  # metric calls when its validation pass ended (shared by a stack's winners)
 
 
 @dataclass

@@ -32,11 +32,14 @@ def attribution_table(result: AgentGradResult) -> tuple[list[str], list[list[int
 
 
 def candidate_positions(result: AgentGradResult) -> list[tuple[int, float, bool]]:
-    """(metric calls when validated, validation score, accepted) of each validated candidate.
+    """(metric calls when validated, validation score, accepted) of each validation pass of a candidate;
+    winners validated together (``validate_together``) share one point.
 
-    Candidates are a round's last steps, so each one ends at its round's total minus what the
-    round's later candidates spent.
+    A result written before candidates recorded ``validated_at``: candidates are a round's last steps,
+    so each one ends at its round's total minus what the round's later candidates spent.
     """
+    if any(c.validated_at is not None for c in result.candidates):
+        return sorted({(c.validated_at, c.val_score, c.accepted) for c in result.candidates if c.validated_at is not None})
     out = []
     for record in result.rounds:
         members = [c for c in result.candidates if c.round == record.round]
