@@ -16,7 +16,7 @@ import dspy
 
 from ..config import AgentGradConfig
 from ..program.evaluation import Evaluator, Intervention
-from ..program.hints import Hint, as_hint, leaks_label
+from ..program.hints import PLACEBO, Hint, as_hint, leaks_label
 from ..program.runs import Outcome
 from ..runtime.budget import BudgetExhausted
 from .state import AttributionRecord, AttributionReport
@@ -157,12 +157,15 @@ class Attributor:
         outcomes: list[Outcome],
         items: list[tuple[int, tuple[str, ...]]],
         ahead: bool = False,
+        placebo: dict[int, str] | None = None,
     ) -> list[tuple[int, dict[str, Hint], Outcome]]:
         """Run each failure ``index`` with hints on ``targets``; skips predictors that did not run or got no hint.
 
         The calls replayed are those of predictors first called before the earliest target in that run.
         ``ahead``: only run the programs, unscored, for a later call to score (speculation); returns nothing.
+        ``placebo``: for a failure, the target that gets :data:`PLACEBO` instead of its hint.
         """
+        placebo = placebo or {}
         jobs: list[tuple[int, dict[str, Hint], Intervention]] = []
         for index, targets in items:
             outcome = outcomes[index]
@@ -171,7 +174,9 @@ class Attributor:
                 continue  # a target did not run for this example
             prediction = dspy.Prediction(**outcome.outputs)
             hints = {
-                t: as_hint(examples[index], self.hint_fn(examples[index], t, prediction, outcome.feedback))
+                t: PLACEBO
+                if placebo.get(index) == t
+                else as_hint(examples[index], self.hint_fn(examples[index], t, prediction, outcome.feedback))
                 for t in targets
             }
             if any(h is None for h in hints.values()):
@@ -258,7 +263,9 @@ class Attributor:
                 if self._clean_fix(outcomes[index], result, hints):
                     fixed[index] = (list(hints), result)
                     del chains[index]
-            for index, (kept, witnesses, run) in self._prune(examples, outcomes, fixed).items():
+            pruned = self._prune(examples, outcomes, fixed)
+            self._placebo(examples, outcomes, fixed, pruned)
+            for index, (kept, witnesses, run) in pruned.items():
                 records = {
                     name: self._fix_record(examples[index], outcomes[index], run, name, witnesses.get(name))
                     for name in kept
@@ -297,6 +304,25 @@ class Attributor:
                 else:
                     witnesses[dropped] = result
         return state
+
+    def _placebo(self, examples, outcomes, fixed: dict, pruned: dict) -> None:
+        """The causal control for the hint pruning cannot test: the earliest one, added last (the set without it
+        did not fix the failure). Its drop also reverts its predictor's prompt, so under an LM that rewords its
+        output whenever its prompt changes, the fix may come from that wording alone. The set is rerun with that
+        hint replaced by :data:`PLACEBO` (the same prompt change, no information); when it still fixes the
+        failure cleanly, the hint's information was not what mattered: that predictor gets no pseudo-label and
+        the others' are taken from the placebo run. Compares outcomes, never texts."""
+        items, placebo = [], {}
+        for index, (kept, _, _) in pruned.items():
+            earliest = fixed[index][0][-1]
+            if len(kept) >= 2 and kept[-1] == earliest:
+                items.append((index, tuple(kept)))
+                placebo[index] = earliest
+        for index, hints, result in self._hinted(examples, outcomes, items, placebo=placebo):
+            if self._clean_fix(outcomes[index], result, hints):
+                kept, witnesses, _ = pruned[index]
+                kept.remove(placebo[index])
+                pruned[index] = (kept, witnesses, result)
 
     def _assign_round_robin(self, examples, outcomes, unresolved, order, attributed, round_index: int) -> None:
         """Ablation without target identification: this round's predictor takes every failure."""

@@ -42,6 +42,11 @@ class Hint:
     reveals: tuple[Any, ...] = ()
 
 
+#: The causal control of the cumulative pass: delivered like a hint, so the predictor's prompt changes as
+#: under a real one, but it tells the predictor nothing (no label, no feedback).
+PLACEBO = Hint("No hint for this example: produce your outputs as you normally would.")
+
+
 def _label_values(example: dspy.Example, prediction: Any, label_fields: Iterable[str] | None) -> dict[str, Any]:
     """The labels a correct run must reproduce: ``label_fields`` when named, else the example's labels
     that the program outputs under the same name, else all of its labels."""
