@@ -16,7 +16,7 @@ import dspy
 
 from ..config import AgentGradConfig
 from ..program.evaluation import Evaluator, Intervention
-from ..program.hints import PLACEBO, Hint, as_hint, leaks_label
+from ..program.hints import PLACEBOS, Hint, as_hint, leaks_label
 from ..program.runs import Outcome
 from ..runtime.budget import BudgetExhausted
 from .state import AttributionRecord, AttributionReport
@@ -155,27 +155,26 @@ class Attributor:
         self,
         examples: list[dspy.Example],
         outcomes: list[Outcome],
-        items: list[tuple[int, tuple[str, ...]]],
+        items: list[tuple[int, tuple[str, ...]]] | list[tuple[int, tuple[str, ...], set[str]]],
         ahead: bool = False,
-        placebo: dict[int, str] | None = None,
+        variant: int = 0,
     ) -> list[tuple[int, dict[str, Hint], Outcome]]:
         """Run each failure ``index`` with hints on ``targets``; skips predictors that did not run or got no hint.
 
         The calls replayed are those of predictors first called before the earliest target in that run.
         ``ahead``: only run the programs, unscored, for a later call to score (speculation); returns nothing.
-        ``placebo``: for a failure, the target that gets :data:`PLACEBO` instead of its hint.
+        An item may name a third part: the targets that get the placebo ``PLACEBOS[variant]`` instead of their hint.
         """
-        placebo = placebo or {}
         jobs: list[tuple[int, dict[str, Hint], Intervention]] = []
-        for index, targets in items:
+        for index, targets, *placebo in items:
             outcome = outcomes[index]
             run_order = outcome.order()
             if any(t not in run_order for t in targets):
                 continue  # a target did not run for this example
             prediction = dspy.Prediction(**outcome.outputs)
             hints = {
-                t: PLACEBO
-                if placebo.get(index) == t
+                t: PLACEBOS[variant]
+                if placebo and t in placebo[0]
                 else as_hint(examples[index], self.hint_fn(examples[index], t, prediction, outcome.feedback))
                 for t in targets
             }
@@ -279,50 +278,56 @@ class Attributor:
 
     def _prune(self, examples, outcomes, fixed: dict) -> dict[int, tuple[list[str], dict[str, Outcome], Outcome]]:
         """For each fixed failure: the hinted predictors still needed, for each of them the run without
-        its hint (its witness), and the fixed run with exactly those hints."""
+        its hint (its witness), and the fixed run with exactly those hints (a placebo on the others).
+
+        A hint is dropped by giving its predictor a placebo, not by removing it: the predictor's prompt
+        stays changed, so the drop takes away the hint's information, not the wording of its output."""
         state = {i: (list(targets), {targets[-1]: outcomes[i]}, run) for i, (targets, run) in fixed.items()}
         longest = max((len(targets) for targets, _ in fixed.values()), default=0)
         if self._speculating:  # each drop tried on the full set: the runs needed when no earlier drop holds
             self._hinted(
                 examples,
                 outcomes,
-                [(i, tuple(n for n in t if n != t[p])) for i, (t, _) in fixed.items() for p in range(len(t) - 1)],
+                [(i, tuple(t), {t[p]}) for i, (t, _) in fixed.items() for p in range(len(t) - 1)],
                 ahead=True,
             )
         for position in range(longest - 1):
-            items = []
+            items, dropping = [], {}
             for index, (kept, _, _) in state.items():
-                later = fixed[index][0][:-1]
-                if position < len(later):
-                    items.append((index, tuple(n for n in kept if n != later[position])))
+                targets = fixed[index][0]
+                if position < len(targets) - 1:
+                    dropping[index] = targets[position]
+                    items.append((index, tuple(targets), set(targets) - set(kept) | {targets[position]}))
             for index, hints, result in self._hinted(examples, outcomes, items):
                 kept, witnesses, _ = state[index]
-                dropped = next(n for n in kept if n not in hints)
                 if self._clean_fix(outcomes[index], result, hints):
-                    kept.remove(dropped)
+                    kept.remove(dropping[index])
                     state[index] = (kept, witnesses, result)
                 else:
-                    witnesses[dropped] = result
+                    witnesses[dropping[index]] = result
         return state
 
     def _placebo(self, examples, outcomes, fixed: dict, pruned: dict) -> None:
-        """The causal control for the hint pruning cannot test: the earliest one, added last (the set without it
-        did not fix the failure). Its drop also reverts its predictor's prompt, so under an LM that rewords its
+        """The causal control for the hint pruning cannot drop: the earliest one, added last (the set without it
+        did not fix the failure). Without it its predictor's prompt reverts too, so under an LM that rewords its
         output whenever its prompt changes, the fix may come from that wording alone. The set is rerun with that
-        hint replaced by :data:`PLACEBO` (the same prompt change, no information); when it still fixes the
-        failure cleanly, the hint's information was not what mattered: that predictor gets no pseudo-label and
-        the others' are taken from the placebo run. Compares outcomes, never texts."""
-        items, placebo = [], {}
+        hint replaced by a placebo (the same kind of prompt change, no information), under each placebo wording
+        in turn; when one still fixes the failure cleanly, the hint's information was not what mattered: that
+        predictor gets no pseudo-label and the others' are taken from the placebo run. Compares outcomes, never
+        texts. Under reuse a placebo that leaves every output as it was costs no metric call."""
+        placebo = {}
         for index, (kept, _, _) in pruned.items():
-            earliest = fixed[index][0][-1]
-            if len(kept) >= 2 and kept[-1] == earliest:
-                items.append((index, tuple(kept)))
-                placebo[index] = earliest
-        for index, hints, result in self._hinted(examples, outcomes, items, placebo=placebo):
-            if self._clean_fix(outcomes[index], result, hints):
-                kept, witnesses, _ = pruned[index]
-                kept.remove(placebo[index])
-                pruned[index] = (kept, witnesses, result)
+            targets = fixed[index][0]
+            if len(kept) >= 2 and kept[-1] == targets[-1]:
+                placebo[index] = set(targets) - set(kept) | {targets[-1]}
+        for variant in range(len(PLACEBOS)):
+            items = [(i, tuple(fixed[i][0]), placebo[i]) for i in placebo]
+            for index, hints, result in self._hinted(examples, outcomes, items, variant=variant):
+                if self._clean_fix(outcomes[index], result, hints):
+                    kept, witnesses, _ = pruned[index]
+                    kept.remove(fixed[index][0][-1])
+                    pruned[index] = (kept, witnesses, result)
+                    del placebo[index]
 
     def _assign_round_robin(self, examples, outcomes, unresolved, order, attributed, round_index: int) -> None:
         """Ablation without target identification: this round's predictor takes every failure."""

@@ -42,9 +42,14 @@ class Hint:
     reveals: tuple[Any, ...] = ()
 
 
-#: The causal control of the cumulative pass: delivered like a hint, so the predictor's prompt changes as
-#: under a real one, but it tells the predictor nothing (no label, no feedback).
-PLACEBO = Hint("No hint for this example: produce your outputs as you normally would.")
+#: The causal controls of the cumulative pass: delivered like a hint, so the predictor's prompt changes as
+#: under a real one, but they tell the predictor nothing (no label, no feedback). Differently worded, so
+#: a fix that a lucky wording gave is unlikely to fail under all of them.
+PLACEBOS = (
+    Hint("No hint for this example: produce your outputs as you normally would."),
+    Hint("Nothing to add for this example; answer from your inputs alone."),
+    Hint("This example comes with no extra guidance."),
+)
 
 
 def _label_values(example: dspy.Example, prediction: Any, label_fields: Iterable[str] | None) -> dict[str, Any]:

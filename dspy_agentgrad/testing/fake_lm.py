@@ -22,7 +22,7 @@ from dspy.lm15 import Message, RateLimitError, Response, TextPart, Usage
 from dspy.lm15 import TimeoutError as LMTimeout
 
 from ..program import prompt_text
-from ..program.hints import PLACEBO
+from ..program.hints import PLACEBOS
 from ..program.tracing import HINT_FIELD, HINT_HEADER
 
 
@@ -40,14 +40,14 @@ class FakeCall:
     def hint(self) -> str | None:
         """The intervention hint this call carries, however it was delivered (input field or instruction).
 
-        The placebo (:data:`hints.PLACEBO`) tells nothing, so a rule sees no hint; its text stays in the prompt."""
+        A placebo (:data:`hints.PLACEBOS`) tells nothing, so a rule sees no hint; its text stays in the prompt."""
         if HINT_FIELD in self.inputs:
             text = self.inputs[HINT_FIELD]
         elif HINT_HEADER in self.instructions:
             text = self.instructions.split(HINT_HEADER, 1)[1].strip()
         else:
             return None
-        return None if text == PLACEBO.text else text
+        return None if any(text == p.text for p in PLACEBOS) else text
 
 
 Rule = Callable[[FakeCall], "dict[str, Any] | str"]
