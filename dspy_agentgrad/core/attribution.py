@@ -158,13 +158,17 @@ class Attributor:
         items: list[tuple[int, tuple[str, ...]]] | list[tuple[int, tuple[str, ...], set[str]]],
         ahead: bool = False,
         variant: int = 0,
+        references: dict[int, tuple[Outcome, frozenset[str]]] | None = None,
     ) -> list[tuple[int, dict[str, Hint], Outcome]]:
         """Run each failure ``index`` with hints on ``targets``; skips predictors that did not run or got no hint.
 
         The calls replayed are those of predictors first called before the earliest target in that run.
         ``ahead``: only run the programs, unscored, for a later call to score (speculation); returns nothing.
         An item may name a third part: the targets that get the placebo ``PLACEBOS[variant]`` instead of their hint.
+        ``references``: for a failure, the run to reuse calls and score from instead of the failure's own, and
+        the predictors hinted there (their calls, like the targets', are made anew).
         """
+        references = references or {}
         jobs: list[tuple[int, dict[str, Hint], Intervention]] = []
         for index, targets, *placebo in items:
             outcome = outcomes[index]
@@ -183,7 +187,8 @@ class Attributor:
             earliest = min(run_order.index(t) for t in targets)
             replay = [step for step in outcome.steps if step.name in run_order[:earliest]]
             texts = {t: h.text for t, h in hints.items()}
-            jobs.append((index, hints, Intervention(examples[index], texts, replay, outcome)))
+            reference, differs = references.get(index, (outcome, frozenset()))
+            jobs.append((index, hints, Intervention(examples[index], texts, replay, reference, differs)))
         if not jobs:
             return []
         if ahead:
@@ -278,56 +283,60 @@ class Attributor:
 
     def _prune(self, examples, outcomes, fixed: dict) -> dict[int, tuple[list[str], dict[str, Outcome], Outcome]]:
         """For each fixed failure: the hinted predictors still needed, for each of them the run without
-        its hint (its witness), and the fixed run with exactly those hints (a placebo on the others).
-
-        A hint is dropped by giving its predictor a placebo, not by removing it: the predictor's prompt
-        stays changed, so the drop takes away the hint's information, not the wording of its output."""
+        its hint (its witness), and the fixed run with exactly those hints."""
         state = {i: (list(targets), {targets[-1]: outcomes[i]}, run) for i, (targets, run) in fixed.items()}
         longest = max((len(targets) for targets, _ in fixed.values()), default=0)
         if self._speculating:  # each drop tried on the full set: the runs needed when no earlier drop holds
             self._hinted(
                 examples,
                 outcomes,
-                [(i, tuple(t), {t[p]}) for i, (t, _) in fixed.items() for p in range(len(t) - 1)],
+                [(i, tuple(n for n in t if n != t[p])) for i, (t, _) in fixed.items() for p in range(len(t) - 1)],
                 ahead=True,
             )
         for position in range(longest - 1):
-            items, dropping = [], {}
+            items = []
             for index, (kept, _, _) in state.items():
-                targets = fixed[index][0]
-                if position < len(targets) - 1:
-                    dropping[index] = targets[position]
-                    items.append((index, tuple(targets), set(targets) - set(kept) | {targets[position]}))
+                later = fixed[index][0][:-1]
+                if position < len(later):
+                    items.append((index, tuple(n for n in kept if n != later[position])))
             for index, hints, result in self._hinted(examples, outcomes, items):
                 kept, witnesses, _ = state[index]
+                dropped = next(n for n in kept if n not in hints)
                 if self._clean_fix(outcomes[index], result, hints):
-                    kept.remove(dropping[index])
+                    kept.remove(dropped)
                     state[index] = (kept, witnesses, result)
                 else:
-                    witnesses[dropping[index]] = result
+                    witnesses[dropped] = result
         return state
 
     def _placebo(self, examples, outcomes, fixed: dict, pruned: dict) -> None:
-        """The causal control for the hint pruning cannot drop: the earliest one, added last (the set without it
-        did not fix the failure). Without it its predictor's prompt reverts too, so under an LM that rewords its
-        output whenever its prompt changes, the fix may come from that wording alone. The set is rerun with that
-        hint replaced by a placebo (the same kind of prompt change, no information), under each placebo wording
-        in turn; when one still fixes the failure cleanly, the hint's information was not what mattered: that
-        predictor gets no pseudo-label and the others' are taken from the placebo run. Compares outcomes, never
-        texts. Under reuse a placebo that leaves every output as it was costs no metric call."""
-        placebo = {}
-        for index, (kept, _, _) in pruned.items():
-            targets = fixed[index][0]
-            if len(kept) >= 2 and kept[-1] == targets[-1]:
-                placebo[index] = set(targets) - set(kept) | {targets[-1]}
-        for variant in range(len(PLACEBOS)):
-            items = [(i, tuple(fixed[i][0]), placebo[i]) for i in placebo]
-            for index, hints, result in self._hinted(examples, outcomes, items, variant=variant):
-                if self._clean_fix(outcomes[index], result, hints):
-                    kept, witnesses, _ = pruned[index]
-                    kept.remove(fixed[index][0][-1])
-                    pruned[index] = (kept, witnesses, result)
-                    del placebo[index]
+        """The causal control of a kept hint: dropping it also reverts its predictor's prompt, so under an LM
+        that rewords its output whenever its prompt changes, a fix may come from that wording alone (and the
+        earliest hint, added last, is never dropped at all). While a fixed set keeps two hints or more, each
+        kept hint, earliest first, is replaced by a placebo (the same kind of prompt change, no information),
+        under each placebo wording in turn; when one still fixes the failure cleanly, the hint's information
+        was not what mattered: its predictor gets no pseudo-label, keeps the placebo, and the others' labels
+        are taken from the placebo run. Compares outcomes, never texts. Under reuse a placebo run whose
+        program output stays that of the failure costs no metric call."""
+        placed: dict[int, set[str]] = {i: set() for i in pruned}
+        for position in range(max((len(kept) for kept, _, _ in pruned.values()), default=0)):
+            testing = {}
+            for index, (kept, _, _) in pruned.items():
+                untested = [n for n in reversed(fixed[index][0]) if n in kept][position - len(placed[index]) :]
+                if len(kept) >= 2 and untested:
+                    testing[index] = untested[0]
+            for variant in range(len(PLACEBOS)):
+                items = [
+                    (i, tuple(n for n in fixed[i][0] if n in pruned[i][0] or n in placed[i]), placed[i] | {name})
+                    for i, name in testing.items()
+                ]
+                witnesses = {i: (pruned[i][1][name], frozenset(fixed[i][0])) for i, name in testing.items()}
+                for index, hints, result in self._hinted(examples, outcomes, items, variant=variant, references=witnesses):
+                    if self._clean_fix(outcomes[index], result, hints):
+                        kept, witnesses, _ = pruned[index]
+                        kept.remove(testing[index])
+                        placed[index].add(testing.pop(index))
+                        pruned[index] = (kept, witnesses, result)
 
     def _assign_round_robin(self, examples, outcomes, unresolved, order, attributed, round_index: int) -> None:
         """Ablation without target identification: this round's predictor takes every failure."""
