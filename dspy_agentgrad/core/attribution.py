@@ -78,6 +78,7 @@ class Attributor:
         self._instructions: dict[str, str] = {}  # the program of the current call, which hinted runs run
         self._speculating = False  # the current call's hinted runs are started ahead (see ``attribute``)
         self._cumulative_leaks = 0  # hint sets of the current call's cumulative pass whose fix leaked a label
+        self._placebo_withheld = 0  # hints of the current call's cumulative fixes that a placebo replaced as well
 
     def attribute(
         self, instructions: dict[str, str], examples: list[dspy.Example], round_index: int, phase: str = "evaluate"
@@ -100,6 +101,7 @@ class Attributor:
         ``round_index`` picks the predictor that takes every failure when ``target_identification`` is off.
         """
         self._instructions, self._speculating, self._cumulative_leaks = instructions, False, 0
+        self._placebo_withheld = 0
         outcomes = self.evaluator.evaluate(instructions, examples, phase)
         order = execution_order(outcomes)
         passed = [i for i, o in enumerate(outcomes) if o.score >= self.max_score]
@@ -148,6 +150,7 @@ class Attributor:
             explained_single=single,
             explained_cumulative=cumulative,
             replay_misses=sum(o.replay_misses for o in outcomes),
+            placebo_withheld=self._placebo_withheld,
         )
         return Attribution(report, outcomes, self._speculating)
 
@@ -316,8 +319,9 @@ class Attributor:
         kept hint, earliest first, is replaced by a placebo (the same kind of prompt change, no information),
         under each placebo wording in turn; when one still fixes the failure cleanly, the hint's information
         was not what mattered: its predictor gets no pseudo-label, keeps the placebo, and the others' labels
-        are taken from the placebo run. Compares outcomes, never texts. Under reuse a placebo run whose
-        program output stays that of the failure costs no metric call."""
+        are taken from the placebo run. Compares outcomes, never texts. A placebo run reuses the run without
+        that hint (its witness), so under reuse a placebo that leaves its predictor's output as it was costs
+        no metric call (an LM that does not reword pays nothing for the control)."""
         placed: dict[int, set[str]] = {i: set() for i in pruned}
         for position in range(max((len(kept) for kept, _, _ in pruned.values()), default=0)):
             testing = {}
@@ -330,12 +334,13 @@ class Attributor:
                     (i, tuple(n for n in fixed[i][0] if n in pruned[i][0] or n in placed[i]), placed[i] | {name})
                     for i, name in testing.items()
                 ]
-                witnesses = {i: (pruned[i][1][name], frozenset(fixed[i][0])) for i, name in testing.items()}
-                for index, hints, result in self._hinted(examples, outcomes, items, variant=variant, references=witnesses):
+                refs = {i: (pruned[i][1][name], frozenset(fixed[i][0])) for i, name in testing.items()}
+                for index, hints, result in self._hinted(examples, outcomes, items, variant=variant, references=refs):
                     if self._clean_fix(outcomes[index], result, hints):
                         kept, witnesses, _ = pruned[index]
                         kept.remove(testing[index])
                         placed[index].add(testing.pop(index))
+                        self._placebo_withheld += 1
                         pruned[index] = (kept, witnesses, result)
 
     def _assign_round_robin(self, examples, outcomes, unresolved, order, attributed, round_index: int) -> None:
