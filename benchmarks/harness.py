@@ -76,20 +76,26 @@ class CountingMetric:
     ``scores_only=True`` returns plain floats (for optimizers such as MIPROv2/BootstrapFewShot that
     test a metric result's truth value); otherwise the metric's own result (score + feedback)."""
 
-    def __init__(self, metric: Callable, scores_only: bool = False):
+    def __init__(self, metric: Callable, scores_only: bool = False, meter: UsageMeter | None = None):
         self.metric = metric
         self.scores_only = scores_only
+        self.meter = meter
         self._gepa = _takes_gepa_args(metric)
         self._lock = threading.Lock()
         self.calls = 0
         self.feedback_calls = 0
         self.times: list[float] = []  # perf_counter() of every scored call, for time-to-quality
+        self.task_spend: list[tuple[int, int]] = []  # task-LM calls and tokens so far, at every scored call
 
     def __call__(self, gold, pred, trace=None, pred_name=None, pred_trace=None):
+        task = self.meter.snapshot().get("task", {}) if self.meter is not None and pred_name is None else None
         with self._lock:
             if pred_name is None:
                 self.calls += 1
                 self.times.append(time.perf_counter())
+                if task is not None:
+                    tokens = task.get("prompt_tokens", 0) + task.get("completion_tokens", 0)
+                    self.task_spend.append((task.get("calls", 0), tokens))
             else:
                 self.feedback_calls += 1
         if self._gepa:
@@ -294,6 +300,7 @@ def _run_agentgrad(program, trainset, valset, metric, ctx):
         seed=ctx["seed"],
         log_dir=ctx["log_dir"],
         track_stats=True,
+        **({"max_task_tokens": ctx["max_task_tokens"]} if ctx["max_task_tokens"] else {}),
         **switches,
     )
     with dspy.context(lm=ctx["task_lm"]):
@@ -316,6 +323,12 @@ def _run_gepa(program, trainset, valset, metric, ctx):
         kwargs["max_metric_calls"] = budget
     else:
         kwargs.setdefault("auto", "light")
+    if ctx["max_task_tokens"]:
+        gepa_kwargs = dict(kwargs.get("gepa_kwargs") or {})
+        stops = gepa_kwargs.get("stop_callbacks") or []
+        stops = list(stops) if isinstance(stops, (list, tuple)) else [stops]
+        gepa_kwargs["stop_callbacks"] = [*stops, TaskTokenStop(ctx["meter"], ctx["max_task_tokens"])]
+        kwargs["gepa_kwargs"] = gepa_kwargs
     opt = dspy.GEPA(
         metric=metric,
         reflection_lm=ctx["prompt_lm"],
@@ -343,7 +356,22 @@ def _run_gepa(program, trainset, valset, metric, ctx):
     return compiled, float(scores[res.best_idx]), curve, details
 
 
+@dataclass
+class TaskTokenStop:
+    """A GEPA stopper (``gepa_kwargs["stop_callbacks"]``): stop once the task LM has used ``max_tokens``.
+    GEPA asks it between iterations, so a run can end up to one iteration past the cap."""
+
+    meter: UsageMeter
+    max_tokens: int
+
+    def __call__(self, gepa_state: Any) -> bool:
+        task = self.meter.snapshot().get("task", {})
+        return task.get("prompt_tokens", 0) + task.get("completion_tokens", 0) >= self.max_tokens
+
+
 def _run_miprov2(program, trainset, valset, metric, ctx):
+    if ctx["max_task_tokens"]:
+        logger.warning("MIPROv2 has no stop hook: the task-LM token budget is not applied to it (spend is reported)")
     budget = ctx["max_metric_calls"]
     options = dict(ctx["options"].get("miprov2", {}))
     demos = options.pop("max_bootstrapped_demos", 4), options.pop("max_labeled_demos", 4)
@@ -453,6 +481,7 @@ def run_optimizer(
     task_lm: dspy.BaseLM,
     prompt_lm: dspy.BaseLM,
     max_metric_calls: int | None,
+    max_task_tokens: int | None = None,
     seed: int = 0,
     num_threads: int = 1,
     hint_fn: Callable | None = None,
@@ -467,8 +496,9 @@ def run_optimizer(
     ``metric`` is GEPA's feedback metric ``(gold, pred, trace, pred_name, pred_trace)``; MIPROv2 and
     the baseline get its score only. ``cache_dir``: a DSPy disk cache used only by this run (``None``
     leaves DSPy's cache configuration alone; ``"off"`` disables the cache). ``options``: extra
-    keyword arguments per optimizer, e.g. ``{"gepa": {"use_merge": False}}``. ``extra_lms``: the
-    benchmark's other LMs by role (PUPA's ``untrusted`` and ``judge``), metered under their role.
+    keyword arguments per optimizer, e.g. ``{"gepa": {"use_merge": False}}``. ``max_task_tokens``: a task-LM
+    token budget too (AgentGrad: its hard cap; GEPA: a stop checked between iterations; MIPROv2: none).
+    ``extra_lms``: the benchmark's other LMs by role (PUPA's ``untrusted`` and ``judge``), metered under their role.
     """
     if name not in _RUNNERS:
         raise ValueError(f"unknown optimizer {name!r}; choose from {', '.join(OPTIMIZERS)}")
@@ -485,11 +515,13 @@ def run_optimizer(
         configure_cache(cache_dir)
     if log_dir is not None:
         Path(log_dir).mkdir(parents=True, exist_ok=True)
-    counter = CountingMetric(metric, scores_only=(name in ("miprov2", "baseline")))
+    counter = CountingMetric(metric, scores_only=(name in ("miprov2", "baseline")), meter=meter)
     ctx = {
         "task_lm": task_lm,
         "prompt_lm": prompt_lm,
         "max_metric_calls": max_metric_calls,
+        "max_task_tokens": max_task_tokens,
+        "meter": meter,
         "seed": seed,
         "num_threads": max(1, int(num_threads or 1)),
         "hint_fn": hint_fn,
@@ -514,9 +546,12 @@ def run_optimizer(
     if curve and curve[-1][0] < calls:
         curve.append([calls, curve[-1][1]])  # the budget spent after the last improvement
     if name != "baseline" and counter.times:  # seconds since start at which each curve point's call was made
-        details["curve_seconds"] = [
-            round(counter.times[min(max(int(c), 1), len(counter.times)) - 1] - start, 3) for c, _ in curve
-        ]
+        at = [min(max(int(c), 1), len(counter.times)) - 1 for c, _ in curve]
+        details["curve_seconds"] = [round(counter.times[i] - start, 3) for i in at]
+        # task-LM calls and tokens spent when each curve point's call was made (this segment's; equal
+        # budgets in metric calls are not equal spend when one optimizer reuses runs)
+        details["curve_task_calls"] = [counter.task_spend[i][0] for i in at]
+        details["curve_task_tokens"] = [counter.task_spend[i][1] for i in at]
     return OptimizerRun(
         name=name,
         val_score=val,

@@ -45,6 +45,7 @@ RESUME_KEYS = (
     "untrusted_lm",
     "judge_lm",
     "max_metric_calls",
+    "max_task_tokens",
     "seed",
     "split_seed",
     "sizes",
@@ -94,6 +95,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="budget per optimizer in metric calls (program run + metric on one example); "
         "default: each optimizer's 'light' setting",
+    )
+    p.add_argument(
+        "--max-task-tokens",
+        type=int,
+        default=None,
+        help="task-LM token budget per optimizer as well: a hard cap for AgentGrad (max_task_tokens), a stop "
+        "checked between iterations for GEPA (it can pass the cap by one iteration); MIPROv2 has no hook "
+        "for it (its spend is reported)",
     )
     p.add_argument(
         "--preset",
@@ -170,6 +179,7 @@ def _config(args, optimizers) -> dict[str, Any]:
         "untrusted_lm": args.untrusted_lm,
         "judge_lm": args.judge_lm,
         "max_metric_calls": args.max_metric_calls,
+        "max_task_tokens": args.max_task_tokens,
         "seed": args.seed,
         "split_seed": args.split_seed,
         "sizes": {"train": args.train, "val": args.val, "test": args.test}
@@ -306,6 +316,7 @@ def run_benchmark(bench_name: str, args, optimizers: list[str], results: dict, o
                 task_lm=task_lm,
                 prompt_lm=prompt_lm,
                 max_metric_calls=None if name == "baseline" else settings["max_metric_calls"],
+                max_task_tokens=None if name == "baseline" else args.max_task_tokens,
                 seed=args.seed,
                 num_threads=args.num_threads,
                 hint_fn=bench.hint,

@@ -28,13 +28,21 @@ def time_to_target(entries: dict[str, dict], fraction: float = TARGET_FRACTION) 
 
 
 def first_reach(entry: dict, score: float) -> dict[str, Any]:
-    """``calls`` and ``seconds`` at the first point of an optimizer's best-so-far curve at or above ``score``."""
+    """``calls``, ``seconds``, ``task_calls`` and ``task_tokens`` (task-LM spend) at the first point of an
+    optimizer's best-so-far curve at or above ``score``; None where not reached or not recorded."""
     curve = entry.get("curve") or []
-    seconds = (entry.get("details") or {}).get("curve_seconds") or []
+    details = entry.get("details") or {}
     hit = next((i for i, (_calls, value) in enumerate(curve) if value >= score - 1e-12), None)
+
+    def at(key: str) -> Any:
+        series = details.get(key) or []
+        return None if hit is None or hit >= len(series) else series[hit]
+
     return {
         "calls": None if hit is None else curve[hit][0],
-        "seconds": None if hit is None or hit >= len(seconds) else seconds[hit],
+        "seconds": at("curve_seconds"),
+        "task_calls": at("curve_task_calls"),
+        "task_tokens": at("curve_task_tokens"),
     }
 
 

@@ -13,6 +13,18 @@ from .program.tracing import HINT_DELIVERIES
 AUTO_CANDIDATES = {"light": 6, "medium": 12, "heavy": 18}
 DEFAULT_TRAIN_BATCH = 16
 CLUSTERINGS = ("lm", "tfidf", "embedding")
+#: Options a preset sets (an option passed explicitly wins). "paper": the paper's procedure, every run
+#: scored, one hint level and one candidate at a time, each candidate validated on its own, no cumulative
+#: hints, a large-medium-small cyclic minimum cluster size.
+PRESETS = {
+    "paper": {
+        "reuse_calls": False,
+        "speculate": False,
+        "validate_together": False,
+        "cumulative_hints": False,
+        "cluster_schedule": (3, 2, 1),
+    },
+}
 VAL_ACCEPTANCE = ("strict", "non_decreasing")
 
 
@@ -83,12 +95,14 @@ class AgentGradConfig:
     max_rounds: int | None = None
     max_prompt_tokens: int | None = None
     max_prompt_cost: float | None = None
+    max_task_calls: int | None = None
+    max_task_tokens: int | None = None
     num_threads: int = 1
     seed: int = 0
     max_score: float = 1.0
     fix_threshold: float | None = None
     train_batch_size: int = DEFAULT_TRAIN_BATCH
-    cluster_schedule: tuple[int, ...] = (3, 2, 1)
+    cluster_schedule: tuple[int, ...] = (2, 1)
     clustering: str = "lm"
     target_identification: bool = True
     agent_supervision: bool = True
@@ -110,6 +124,8 @@ class AgentGradConfig:
     max_instruction_chars: int = 4000
     reuse_calls: bool = True
     speculate: bool = True
+    validate_together: bool = True
+    preset: str | None = None
 
     @classmethod
     def from_options(cls, **options: Any) -> AgentGradConfig:
@@ -118,6 +134,10 @@ class AgentGradConfig:
         An unknown name raises the TypeError a call with a wrong keyword raises; sequences become
         tuples (they are part of the run's fingerprint); ``num_threads=None`` means the default.
         """
+        preset = options.get("preset")
+        if preset is not None and preset not in PRESETS:
+            raise ValueError(f"preset must be one of {sorted(PRESETS)} or None; got {preset!r}")
+        options = {**PRESETS.get(preset or "", {}), **options}  # an option passed explicitly wins
         known = {f.name for f in fields(cls)}
         for name in options:
             if name not in known:
@@ -147,7 +167,8 @@ class AgentGradConfig:
             raise ValueError(
                 "no budget: set auto ('light', 'medium', 'heavy'), max_metric_calls, max_full_evals, or max_rounds"
             )
-        for name in ("max_metric_calls", "max_full_evals", "max_rounds", "max_prompt_tokens"):
+        optional_counts = ("max_metric_calls", "max_full_evals", "max_rounds", "max_prompt_tokens", "max_task_calls")
+        for name in (*optional_counts, "max_task_tokens"):
             check_int(name, getattr(self, name), 1, optional=True)
         for name in ("num_threads", "train_batch_size", "retry_attempts", "eval_chunk_size", "max_field_chars"):
             check_int(name, getattr(self, name), 1)

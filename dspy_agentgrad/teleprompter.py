@@ -113,7 +113,8 @@ class AgentGrad(Teleprompter):
     pseudo-label, extracts a textual gradient per failure, clusters gradients by
     meaning, and rewrites instructions cluster by cluster (largest first),
     keeping a rewrite only if it wins on the cluster and then on validation.
-    Option defaults live in :class:`AgentGradConfig`.
+    Option defaults live in :class:`AgentGradConfig`. ``preset="paper"`` runs the paper's
+    procedure (:data:`config.PRESETS` names the options it sets); an option passed explicitly wins.
     """
 
     def __init__(
@@ -211,6 +212,7 @@ class AgentGrad(Teleprompter):
                 self.config.max_score,
                 self.config.failure_score,
                 self._redactor(student),
+                budget,
             ),
             memo,
             budget,
@@ -455,7 +457,13 @@ class AgentGrad(Teleprompter):
             fingerprint = self._fingerprint(student, trainset, valset)
             identity = check_fingerprint(self.log_dir, fingerprint, self.config.resume_despite)
             resumed, run_id = identity.resumed, identity.run_id
-        budget = Budget(max_calls, self.config.max_prompt_tokens, self.config.max_prompt_cost)
+        budget = Budget(
+            max_calls,
+            self.config.max_prompt_tokens,
+            self.config.max_prompt_cost,
+            self.config.max_task_calls,
+            self.config.max_task_tokens,
+        )
         options = {**self.config.fingerprint(), "max_rounds": max_rounds, "num_threads": self.config.num_threads}
         parts = self._parts(student, budget, self.log_dir, run_id)
         state = RunState(dict(parts.instructions))
@@ -470,6 +478,8 @@ class AgentGrad(Teleprompter):
                 reused_runs=parts.evaluator.reused,
                 program_errors=parts.evaluator.errors,
                 prompt_role_failures=parts.proposer.failures,
+                phase_calls=parts.evaluator.phase_calls,
+                phase_wall_s=parts.evaluator.phase_wall,
                 seed=self.config.seed,
                 initial_instructions=initial,
                 wall_time_s=sum(seg["wall_time_s"] for seg in segments),

@@ -206,7 +206,7 @@ def test_auto_preset_budget_is_documented_and_respected(world):
 
 def _comparable(result) -> str:
     data = result.to_dict()
-    for key in ("wall_time_s", "options", "segments"):
+    for key in ("wall_time_s", "phase_wall_s", "options", "segments"):
         data.pop(key)
     data["paid"].pop("wall_time_s")
     return dumps(data)
@@ -267,10 +267,9 @@ def test_end_to_end_compile_raises_the_score_to_the_maximum(world, tmp_path):
     assert result.accepted and all(c["val_score"] is not None for c in saved["candidates"] if c["accepted"])
     assert AgentGradResult.from_dict(saved).to_dict() == saved
     assert (tmp_path / "result.md").read_text().startswith("# AgentGrad run")
-    assert set(result.usage["by_phase"]) >= {
+    assert set(result.usage["by_phase"]) >= {  # cluster checks ("minibatch") may all have run ahead, as "validate"
         "evaluate",
         "intervene",
-        "minibatch",
         "validate",
         "gradient",
         "abstract",

@@ -91,3 +91,79 @@ def test_aggregator_merges_small_groups_only_when_told_a_minimum():
     merged = world.prompt(call({**base, "min_cluster_size": "3"}, ["clusters"]))["clusters"]
     assert [sorted(c["members"]) for c in merged] == [[0, 1, 2]]
     assert "RULE-note1-a" in merged[0]["generalized_gradient"] and "RULE-note1-b" in merged[0]["generalized_gradient"]
+
+
+def run_all(bench, lm, program=None) -> list[tuple[str, dict]]:
+    """Each validation example's answer and the task LM's step outputs (from its history)."""
+    program = program or bench.make_program()
+    out = []
+    with dspy.context(lm=lm):
+        for ex in bench.valset:
+            start = len(lm.history)
+            pred = program(question=ex.question)
+            out.append((pred.answer, [h["outputs"] for h in lm.history[start:]]))
+    return out
+
+
+def test_rewording_changes_the_text_with_the_prompt_but_never_the_values_read(monkeypatch):
+    fixed = {}
+    for mode in ("repeat", "intermediate", "all"):
+        monkeypatch.setenv("SYNTH_REWORD", mode)
+        bench = load_benchmark(train=5, val=20, test=5, seed=0, n_steps=3)
+        lm = synthetic_lm("synthetic:0,0")
+        plain = run_all(bench, lm)
+        program = bench.make_program()
+        step0 = program.named_predictors()[0][1]
+        step0.signature = step0.signature.with_instructions(step0.signature.instructions + " Be careful.")
+        changed = run_all(bench, lm, program)
+        assert run_all(bench, lm) == plain  # the same prompt gets the same text
+        fixed[mode] = [answer for answer, _ in changed]
+        assert [a for a, _ in plain] == fixed[mode]  # an instruction without a fix phrase changes no value
+        texts_differ = [p[1] != c[1] for p, c in zip(plain, changed)]
+        assert not any(texts_differ) if mode == "repeat" else all(texts_differ)
+        if mode == "all":  # the last step's reasoning rewords and is part of the program's output
+            with dspy.context(lm=lm):
+                a = bench.make_program()(question=bench.valset[0].question)
+                b = program(question=bench.valset[0].question)
+            assert a.answer == b.answer and a.reasoning != b.reasoning
+    assert fixed["repeat"] == fixed["intermediate"] == fixed["all"]
+
+
+def test_an_unknown_rewording_mode_is_refused(monkeypatch):
+    monkeypatch.setenv("SYNTH_REWORD", "sometimes")
+    try:
+        load_benchmark(train=5, val=5, test=5, seed=0, n_steps=3)
+    except ValueError as error:
+        assert "SYNTH_REWORD" in str(error)
+    else:
+        raise AssertionError("an unknown mode was accepted")
+
+
+def test_a_task_token_budget_caps_agentgrad_and_stops_gepa(monkeypatch, tmp_path):
+    from benchmarks.harness import run_optimizer
+
+    monkeypatch.setenv("SYNTH_REWORD", "all")
+    bench = load_benchmark(train=20, val=20, test=5, seed=0, n_steps=3)
+    cap = 30_000
+    spent = {}
+    for name in ("agentgrad", "gepa"):
+        run = run_optimizer(
+            name,
+            bench.make_program(),
+            bench.trainset,
+            bench.valset,
+            bench.metric,
+            task_lm=synthetic_lm("synthetic:0,0"),
+            prompt_lm=synthetic_lm("synthetic:0,0"),
+            max_metric_calls=2000,
+            max_task_tokens=cap,
+            num_threads=4,
+            hint_fn=bench.hint,
+            log_dir=tmp_path / name,
+            cache_dir="off",
+        )
+        task = run.usage["task"]
+        spent[name] = (task["prompt_tokens"] + task["completion_tokens"], run.metric_calls)
+    assert spent["agentgrad"][0] <= cap and spent["agentgrad"][1] < 2000
+    # GEPA stops by tokens, not by metric calls, checked between iterations: at or a little past the cap
+    assert spent["gepa"][1] < 2000 and cap <= spent["gepa"][0] <= 1.2 * cap

@@ -43,10 +43,24 @@ REUSE_RUNS = {**RUNS, "auto light": (dict(), {"extract": 6, "notes": 6, "answer"
 
 @pytest.mark.parametrize("name", sorted(RUNS))
 def test_estimated_metric_calls_are_within_30_percent_of_the_run(world, name):
-    """Without reuse of unchanged runs: the projection's model of a round."""
+    """Without reuse of unchanged runs, one candidate validated at a time and the (3, 2, 1) schedule: the
+    procedure the projection's model of a round was measured on."""
+    options, train_kinds = RUNS[name]
+    paper_rounds = dict(options, cluster_schedule=(3, 2, 1), validate_together=False)
+    estimate, result = _estimate_and_run(paper_rounds, train_kinds, reuse_calls=False)
+    assert abs(estimate.metric_calls - result.metric_calls) <= 0.3 * result.metric_calls, (
+        estimate.summary(),
+        result.metric_calls,
+    )
+
+
+@pytest.mark.parametrize("name", sorted(RUNS))
+def test_under_the_default_rounds_the_estimate_stays_above_the_run_and_within_twice_it(world, name):
+    """With the (2, 1) schedule and candidates validated together, the run fixes more per round than the
+    projection's assumed win rate lets it: the estimate errs high."""
     options, train_kinds = RUNS[name]
     estimate, result = _estimate_and_run(options, train_kinds, reuse_calls=False)
-    assert abs(estimate.metric_calls - result.metric_calls) <= 0.3 * result.metric_calls, (
+    assert result.metric_calls <= estimate.metric_calls < 2 * result.metric_calls, (
         estimate.summary(),
         result.metric_calls,
     )

@@ -179,9 +179,16 @@ def test_ctrl_c_returns_the_best_program_so_far_and_keeps_results(tmp_path):
 
     train = make_data({"extract": 3, "notes": 2, "answer": 2, "none": 2})
     val = make_data({"extract": 2, "notes": 2, "answer": 1, "none": 2}, start=50)
-    # one by one: stacked ahead, this short run's checks would all be paid before its first acceptance
+    # one by one: stacked ahead or validated together, this short run's checks would all be paid before
+    # its first acceptance
     compiled = AgentGrad(
-        metric, max_rounds=5, cluster_schedule=(1,), log_dir=tmp_path, speculate=False, **FAST
+        metric,
+        max_rounds=5,
+        cluster_schedule=(1,),
+        log_dir=tmp_path,
+        speculate=False,
+        validate_together=False,
+        **FAST,
     ).compile(Pipeline(), trainset=train, valset=val)
     result = compiled.detailed_results
     assert result.interrupted and "interrupted" in result.stop_reason

@@ -6,7 +6,9 @@ case whose question lists candidate record keys; the first step picks the case's
 later step must pass it on, the last step answers it. Defects (two per step) strike with
 different frequencies (geometric, most frequent first, spread over the steps in a seeded order);
 an example may carry several (multi-fault), none, or be unfixable. ``SYNTH_PREDICTORS`` in the
-environment sets the number of steps (default 4).
+environment sets the number of steps (default 4), ``SYNTH_REWORD`` how the LM's wording varies
+(``repeat``, ``intermediate``, ``all``; see :mod:`benchmarks.synthetic.world`): in ``all`` every
+step is a ``dspy.ChainOfThought`` and the program returns the last step's reasoning with its answer.
 """
 
 from __future__ import annotations
@@ -18,7 +20,14 @@ import random
 import dspy
 
 from benchmarks.registry import Benchmark
-from benchmarks.synthetic.world import LAST_FIELD, decode_ticket, defect_name, encode_ticket, stable_hash
+from benchmarks.synthetic.world import (
+    LAST_FIELD,
+    REWORD_MODES,
+    decode_ticket,
+    defect_name,
+    encode_ticket,
+    stable_hash,
+)
 
 __all__ = ["LookupChain", "hint", "load_benchmark", "make_examples", "metric"]
 
@@ -29,26 +38,39 @@ UNFIXABLE_RATE = 0.08
 CANDIDATES = 4
 
 
+def reword_mode() -> str:
+    """The rewording mode of this process (``SYNTH_REWORD``, default ``repeat``), checked."""
+    mode = os.environ.get("SYNTH_REWORD", "repeat")
+    if mode not in REWORD_MODES:
+        raise ValueError(f"SYNTH_REWORD must be one of {', '.join(REWORD_MODES)}; got {mode!r}")
+    return mode
+
+
 def step_fields(n_steps: int) -> list[str]:
     return [f"note{k}" for k in range(n_steps - 1)] + [LAST_FIELD]
 
 
 class LookupChain(dspy.Module):
-    """``step0`` (question -> note0), ``step1`` (question, note0 -> note1), ..., last step -> answer."""
+    """``step0`` (question -> note0), ``step1`` (question, note0 -> note1), ..., last step -> answer.
 
-    def __init__(self, n_steps: int = DEFAULT_STEPS):
+    ``chain_of_thought``: every step a ``dspy.ChainOfThought``, and the program returns the last
+    step's prediction (its reasoning with the answer), as a ChainOfThought program usually does."""
+
+    def __init__(self, n_steps: int = DEFAULT_STEPS, chain_of_thought: bool = False):
         super().__init__()
         self.fields = step_fields(n_steps)
+        module = dspy.ChainOfThought if chain_of_thought else dspy.Predict
         for k, field in enumerate(self.fields):
             inputs = "question" if k == 0 else f"question, {self.fields[k - 1]}"
-            setattr(self, f"step{k}", dspy.Predict(f"{inputs} -> {field}"))
+            setattr(self, f"step{k}", module(f"{inputs} -> {field}"))
 
     def forward(self, question: str) -> dspy.Prediction:
-        note = None
+        note, out = None, None
         for k, field in enumerate(self.fields):
             kwargs = {"question": question} if k == 0 else {"question": question, self.fields[k - 1]: note}
-            note = getattr(self, f"step{k}")(**kwargs)[field]
-        return dspy.Prediction(answer=note)
+            out = getattr(self, f"step{k}")(**kwargs)
+            note = out[field]
+        return dspy.Prediction(**dict(out.items())) if "reasoning" in out else dspy.Prediction(answer=note)
 
 
 def defect_frequencies(n_steps: int, seed: int) -> dict[int, float]:
@@ -105,6 +127,7 @@ def load_benchmark(
     train: int = 50, val: int = 50, test: int | None = 100, seed: int = 0, n_steps: int | None = None, **_ignored
 ) -> Benchmark:
     n_steps = n_steps or int(os.environ.get("SYNTH_PREDICTORS", DEFAULT_STEPS))
+    reword = reword_mode()
     if not 1 <= n_steps <= 8:
         raise ValueError(f"the synthetic benchmark supports 1 to 8 steps; got {n_steps}")
     test = 100 if test is None else test
@@ -117,11 +140,19 @@ def load_benchmark(
         "source": "synthetic (benchmarks/synthetic): generated from the split seed",
         "corpus": None,
         "steps": n_steps,
+        "reword": reword,
         "split_seed": seed,
         "sizes": {"train": train, "val": val, "test": test},
         "metric": "exact record key",
         "val_profile": describe(valset, n_steps),
     }
     return Benchmark(
-        "synthetic", trainset, valset, testset, functools.partial(LookupChain, n_steps), metric, hint, info
+        "synthetic",
+        trainset,
+        valset,
+        testset,
+        functools.partial(LookupChain, n_steps, chain_of_thought=reword == "all"),
+        metric,
+        hint,
+        info,
     )

@@ -1,32 +1,33 @@
-"""Several seeds of the synthetic benchmark through the head-to-head runner, and a per-seed table.
+"""Several seeds of the synthetic benchmark through the head-to-head runner, and tables of what reaching a score cost.
 
-``python -m benchmarks.synthetic.compare --seeds 0,1,2 --out DIR [-- extra benchmarks.run options]``
-runs ``python -m benchmarks.run --bench synthetic --seed S --split-seed S --out DIR/seedS ...`` for each
-seed (skip with ``--summary-only``), then prints per seed and optimizer: final validation and test
-score, metric calls and wall time to reach 90% of the best final validation score of that seed
-(common target, :mod:`benchmarks.speed`), LM calls and tokens; then medians and AgentGrad/GEPA ratios.
-A second view compares at GEPA's own final score: the calls and seconds GEPA took to first reach
-it against those AgentGrad took to reach it (a seed where GEPA's target is not reached by GEPA
-itself, as above, says nothing about the speed to a common level; this one always has GEPA's time).
+``python -m benchmarks.synthetic.compare --seeds 0,1,2 --steps 3 --reword all --out DIR [-- extra benchmarks.run
+options]`` runs ``python -m benchmarks.run --bench synthetic --seed S --split-seed S --out DIR/seedS ...`` for
+each seed (skip with ``--summary-only``) with ``SYNTH_PREDICTORS`` and ``SYNTH_REWORD`` set, 8 threads and a
+budget of 400 metric calls (600 above 4 steps) unless the extra options say otherwise. It then prints, per
+seed and optimizer, the final validation and test scores, the totals spent, and what each optimizer had
+spent (metric calls, task-LM calls, task-LM tokens, wall seconds) when its best validation score first
+reached two levels: GEPA's final validation score of that seed (how fast each gets where GEPA ends) and
+90% of the best final validation score of the seed (a common target, :mod:`benchmarks.speed`). Medians
+over seeds follow, with AgentGrad/GEPA ratios per seed (a level AgentGrad never reaches counts as inf; one
+only GEPA misses as 0). "Equal budget" is equal metric calls; the task-LM columns say what that bought.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 from pathlib import Path
 
-from benchmarks.speed import first_reach, time_to_target
+from benchmarks.speed import TARGET_FRACTION, first_reach
 
 DEFAULT_RUN = [
     "--task-lm",
     "synthetic",
     "--optimizers",
     "baseline,agentgrad,gepa",
-    "--max-metric-calls",
-    "400",
     "--train",
     "50",
     "--val",
@@ -38,117 +39,125 @@ DEFAULT_RUN = [
     "--cache",
     "off",
 ]
+#: What reaching a level is measured in: the key in :func:`benchmarks.speed.first_reach`, the column title.
+SPEND = (("calls", "metric calls"), ("task_calls", "task-LM calls"), ("task_tokens", "task tokens"), ("seconds", "s"))
+LEVELS = (("gepa_final", "GEPA's final val"), ("target", f"{TARGET_FRACTION:.0%} of best"))
 
 
-def summarize(files: list[Path]) -> tuple[list[dict], str]:
+def default_budget(steps: int) -> int:
+    return 400 if steps <= 4 else 600
+
+
+def rows_of(path: Path, reference: Path | None = None) -> list[dict]:
+    """One row per optimizer of one seed's results: scores, totals, and the spend to reach each level.
+    ``reference``: another run of the same seed whose optimizers fill in those missing from ``path``."""
+    results = json.loads(path.read_text())
+    entries = {n: e for n, e in results["benchmarks"]["synthetic"]["optimizers"].items() if n != "baseline"}
+    if reference is not None:
+        other = json.loads(reference.read_text())
+        if other["config"]["seed"] != results["config"]["seed"]:
+            raise ValueError(f"{reference} is another seed than {path}")
+        for name, entry in other["benchmarks"]["synthetic"]["optimizers"].items():
+            if name != "baseline":
+                entries.setdefault(name, entry)
+    entries = {n: e for n, e in entries.items() if e.get("status", "done") == "done"}
+    finals = [e["val_score"] for e in entries.values() if e.get("val_score") is not None]
+    levels = {"target": TARGET_FRACTION * max(finals, default=0.0)}
+    if "gepa" in entries:
+        levels["gepa_final"] = entries["gepa"]["val_score"]
     rows = []
-    for path in files:
-        results = json.loads(path.read_text())
-        seed = results["config"]["seed"]
-        entries = results["benchmarks"]["synthetic"]["optimizers"]
-        hits = time_to_target(entries)
-        for name, hit in hits.items():
-            e = entries[name]
-            usage = e.get("usage", {})
-            tokens = sum(u.get("prompt_tokens", 0) + u.get("completion_tokens", 0) for u in usage.values())
-            rows.append(
-                {
-                    "seed": seed,
-                    "optimizer": name,
-                    "val": e["val_score"],
-                    "test": e.get("test_score"),
-                    "target": hit["target"],
-                    "calls_to_target": hit["calls"],
-                    "seconds_to_target": hit["seconds"],
-                    "metric_calls": e["metric_calls"],
-                    "wall_s": e["wall_time_s"],
-                    "lm_calls": {role: u.get("calls", 0) for role, u in usage.items()},
-                    "tokens": tokens,
-                }
-            )
-    lines = [
-        "| seed | optimizer | final val | test | target | calls to target | s to target | metric calls | wall s | "
-        "task / prompt LM calls | tokens |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
+    for name, e in entries.items():
+        usage = e.get("usage", {})
+        task = usage.get("task", {})
+        row = {
+            "seed": results["config"]["seed"],
+            "optimizer": name,
+            "val": e["val_score"],
+            "test": e.get("test_score"),
+            "metric_calls": e["metric_calls"],
+            "task_calls": task.get("calls", 0),
+            "task_tokens": task.get("prompt_tokens", 0) + task.get("completion_tokens", 0),
+            "prompt_calls": usage.get("prompt", {}).get("calls", 0),
+            "wall_s": e["wall_time_s"],
+            "levels": {key: level for key, level in levels.items()},
+        }
+        for key, level in levels.items():
+            row[key] = first_reach(e, level)
+        rows.append(row)
+    return rows
+
+
+def _cell(value) -> str:
+    if value is None:
+        return "–"
+    return f"{value:.1f}" if isinstance(value, float) else str(value)
+
+
+def seed_table(rows: list[dict]) -> list[str]:
+    head = ["seed", "optimizer", "final val", "test", "metric calls", "task-LM calls", "task tokens", "prompt calls"]
+    head += ["wall s"] + [f"{title}: {unit}" for key, title in LEVELS for _, unit in SPEND]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in sorted(rows, key=lambda r: (r["seed"], r["optimizer"])):
-        lines.append(
-            f"| {r['seed']} | {r['optimizer']} | {r['val']:.3f} | {r['test']:.3f} | {r['target']:.3f} | "
-            f"{r['calls_to_target'] if r['calls_to_target'] is not None else 'not reached'} | "
-            f"{r['seconds_to_target'] if r['seconds_to_target'] is not None else '–'} | {r['metric_calls']} | "
-            f"{r['wall_s']:.1f} | {r['lm_calls'].get('task', 0)} / {r['lm_calls'].get('prompt', 0)} | {r['tokens']} |"
-        )
-    lines += ["", ratio_lines(rows), "", *at_gepa_final(files)]
-    return rows, "\n".join(lines)
-
-
-def at_gepa_final(files: list[Path]) -> list[str]:
-    """Per seed: calls and seconds to first reach GEPA's final validation score, GEPA's and AgentGrad's."""
-    lines = [
-        "At GEPA's final validation score (the level GEPA ends at):",
-        "",
-        "| seed | GEPA final val | GEPA calls / s to reach it | AgentGrad calls / s to reach it | calls ratio "
-        "| time ratio |",
-        "|---|---|---|---|---|---|",
-    ]
-    call_ratios, time_ratios = [], []
-    for path in files:
-        results = json.loads(path.read_text())
-        entries = results["benchmarks"]["synthetic"]["optimizers"]
-        if "gepa" not in entries or "agentgrad" not in entries:
-            continue
-        level = entries["gepa"]["val_score"]
-        g, a = first_reach(entries["gepa"], level), first_reach(entries["agentgrad"], level)
-        calls = None if a["calls"] is None or not g["calls"] else a["calls"] / g["calls"]
-        secs = None if a["seconds"] is None or not g["seconds"] else a["seconds"] / g["seconds"]
-        call_ratios.append(float("inf") if calls is None else calls)
-        time_ratios.append(float("inf") if secs is None else secs)
-        shown = "not reached" if a["calls"] is None else f"{a['calls']} / {a['seconds']}"
-        lines.append(
-            f"| {results['config']['seed']} | {level:.3f} | {g['calls']} / {g['seconds']} | {shown} | "
-            f"{'-' if calls is None else f'{calls:.2f}'} | {'-' if secs is None else f'{secs:.2f}'} |"
-        )
-    if call_ratios:
-        lines += [
-            "",
-            f"- median AgentGrad / GEPA to GEPA's final score: calls {statistics.median(call_ratios):.2f}, "
-            f"wall time {statistics.median(time_ratios):.2f}",
-        ]
+        cells = [r["seed"], r["optimizer"], f"{r['val']:.3f}", f"{r['test']:.3f}", r["metric_calls"]]
+        cells += [r["task_calls"], r["task_tokens"], r["prompt_calls"], f"{r['wall_s']:.1f}"]
+        for key, _ in LEVELS:
+            hit = r.get(key) or {}
+            reached = hit.get("calls") is not None
+            cells += [_cell(hit.get(k)) if reached else "not reached" if k == "calls" else "–" for k, _ in SPEND]
+        lines.append("| " + " | ".join(str(c) for c in cells) + " |")
     return lines
 
 
-def ratio_lines(rows: list[dict]) -> str:
-    """Medians over seeds per optimizer, and AgentGrad's per-seed ratios to GEPA (unreached counts as inf)."""
-    out = []
+def median_lines(rows: list[dict]) -> list[str]:
+    """Per optimizer: median final val/test and totals; AgentGrad/GEPA ratios per seed at each level."""
+    inf = float("inf")
     by_opt: dict[str, list[dict]] = {}
     for r in rows:
         by_opt.setdefault(r["optimizer"], []).append(r)
-    inf = float("inf")
+    lines = [
+        "| optimizer | seeds | median final val | median test | min final val | median metric calls | "
+        "median task-LM calls | median task tokens | median wall s |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for name, rs in sorted(by_opt.items()):
-        calls = [r["calls_to_target"] if r["calls_to_target"] is not None else inf for r in rs]
-        secs = [r["seconds_to_target"] if r["seconds_to_target"] is not None else inf for r in rs]
-        out.append(
-            f"- {name}: median final val {statistics.median(r['val'] for r in rs):.3f}, "
-            f"median calls to target {statistics.median(calls)}, median s to target {statistics.median(secs)}"
+        med = {k: statistics.median(r[k] for r in rs) for k in ("val", "test", "metric_calls", "task_calls")}
+        med |= {k: statistics.median(r[k] for r in rs) for k in ("task_tokens", "wall_s")}
+        lines.append(
+            f"| {name} | {len(rs)} | {med['val']:.3f} | {med['test']:.3f} | {min(r['val'] for r in rs):.3f} | "
+            f"{med['metric_calls']:.0f} | {med['task_calls']:.0f} | {med['task_tokens']:.0f} | {med['wall_s']:.1f} |"
         )
-    seeds = sorted({r["seed"] for r in rows})
     pick = {(r["seed"], r["optimizer"]): r for r in rows}
-    call_ratios, time_ratios = [], []
-    for s in seeds:
-        a, g = pick.get((s, "agentgrad")), pick.get((s, "gepa"))
-        if not a or not g:
-            continue
-        ac, gc = a["calls_to_target"], g["calls_to_target"]
-        at, gt = a["seconds_to_target"], g["seconds_to_target"]
-        call_ratios.append(inf if ac is None else (0.0 if gc is None else ac / gc))
-        time_ratios.append(inf if at is None else (0.0 if gt is None else at / gt))
-    if call_ratios:
-        out.append(
-            f"- AgentGrad / GEPA per seed: calls to target {[round(x, 2) for x in call_ratios]} "
-            f"(median {statistics.median(call_ratios):.2f}), wall time to target "
-            f"{[round(x, 2) for x in time_ratios]} (median {statistics.median(time_ratios):.2f})"
-        )
-    return "\n".join(out)
+    seeds = sorted({r["seed"] for r in rows if (r["seed"], "agentgrad") in pick and (r["seed"], "gepa") in pick})
+    if not seeds:
+        return lines
+    lines += ["", "AgentGrad / GEPA, per seed (median):", ""]
+    lines += ["| level | " + " | ".join(unit for _, unit in SPEND) + " |", "|---|" + "---|" * len(SPEND)]
+    for key, title in LEVELS:
+        cells = []
+        for k, _ in SPEND:
+            ratios = []
+            for s in seeds:
+                a, g = pick[s, "agentgrad"].get(key) or {}, pick[s, "gepa"].get(key) or {}
+                av, gv = a.get(k), g.get(k)
+                ratios.append(inf if av is None else 0.0 if not gv else av / gv)
+            cells.append(f"{[round(x, 2) for x in ratios]} ({statistics.median(ratios):.2f})")
+        lines.append(f"| {title} | " + " | ".join(cells) + " |")
+    a_vals = [pick[s, "agentgrad"]["val"] for s in seeds]
+    g_vals = [pick[s, "gepa"]["val"] for s in seeds]
+    g_tests = [pick[s, "gepa"]["test"] for s in seeds]
+    lines += [
+        "",
+        f"- final val AgentGrad >= GEPA in {sum(a >= g for a, g in zip(a_vals, g_vals))} of {len(seeds)} seeds; "
+        f"AgentGrad test median {statistics.median(pick[s, 'agentgrad']['test'] for s in seeds):.3f} vs GEPA "
+        f"{statistics.median(g_tests):.3f}",
+    ]
+    return lines
+
+
+def summarize(files: list[Path], references: list[Path] | None = None) -> tuple[list[dict], str]:
+    rows = [row for path, ref in zip(files, references or [None] * len(files)) for row in rows_of(path, ref)]
+    lines = median_lines(rows) + ["", "Per seed:", ""] + seed_table(rows)
+    return rows, "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -157,23 +166,39 @@ def main(argv: list[str] | None = None) -> int:
     own = argv[: argv.index("--")] if "--" in argv else argv
     p = argparse.ArgumentParser(prog="python -m benchmarks.synthetic.compare", description=__doc__)
     p.add_argument("--seeds", default="0,1,2")
+    p.add_argument("--steps", type=int, default=int(os.environ.get("SYNTH_PREDICTORS", 4)))
+    p.add_argument("--reword", default=os.environ.get("SYNTH_REWORD", "repeat"))
     p.add_argument("--out", required=True)
     p.add_argument("--summary-only", action="store_true")
+    p.add_argument(
+        "--reference",
+        help="a compare folder of the same seeds whose optimizers complete the tables (e.g. GEPA's runs, "
+        "when only AgentGrad is run again with --optimizers baseline,agentgrad)",
+    )
     args = p.parse_args(own)
+    os.environ["SYNTH_PREDICTORS"], os.environ["SYNTH_REWORD"] = str(args.steps), args.reword
     from benchmarks.run import main as run_main
+    from benchmarks.synthetic import reword_mode
 
+    reword_mode()  # a bad mode fails here, before any run
+    budget = [] if "--max-metric-calls" in extra else ["--max-metric-calls", str(default_budget(args.steps))]
     out = Path(args.out)
     files = []
     for seed in [int(s) for s in args.seeds.split(",")]:
         folder = out / f"seed{seed}"
         if not args.summary_only:
             run_args = ["--bench", "synthetic", "--seed", str(seed), "--split-seed", str(seed), "--out", str(folder)]
-            run_main(run_args + DEFAULT_RUN + extra)
+            run_main(run_args + DEFAULT_RUN + budget + extra)
         files.append(folder / "results.json")
-    rows, table = summarize(files)
-    (out / "summary.md").write_text(table + "\n")
+    references = None
+    if args.reference:
+        references = [Path(args.reference) / f.parent.name / "results.json" for f in files]
+    rows, table = summarize(files, references)
+    header = f"steps {args.steps}, reword {args.reword}, seeds {args.seeds}"
+    header += f" (other optimizers from {args.reference})\n\n" if args.reference else "\n\n"
+    (out / "summary.md").write_text(header + table + "\n")
     (out / "summary.json").write_text(json.dumps(rows, indent=1))
-    print(table)
+    print(header + table)
     return 0
 
 

@@ -18,6 +18,15 @@ instruction roles with the current instruction plus the missing fix phrases. Wit
 sight it proposes nothing new. Fix phrases alone (e.g. in a list of rejected rewrites) are not
 evidence.
 
+Rewording (``reword``): ``repeat`` (a step's output depends only on the value it carries and its
+defects, so an unchanged step repeats its output exactly), ``intermediate`` (the text of every
+step but the last varies with its whole prompt: instruction, inputs and hint, as an LM's wording
+does, while the record key it carries stays) and ``all`` (the same, and a ``reasoning`` output,
+when the program asks for one as ``dspy.ChainOfThought`` does, varies too, the last step's
+included). The value the metric reads (the last step's ``answer``) is exact in every mode. The
+wording is a function of the prompt, as a deterministic LM (or a cache) gives: the same prompt
+gets the same text.
+
 Latency: every call sleeps (task calls ``task_s``, prompt calls ``prompt_s``), so threads overlap
 the way they do with a remote LM.
 """
@@ -43,6 +52,10 @@ _KEY = re.compile(r"key=(k[0-9a-f]{5})")
 _TARGET = re.compile(r"produce the fields? `(\w+)`")
 _SYMPTOM = re.compile(r"SYM-(\w+?-[a-z])\b")
 _INSTRUCTION_INPUTS = ("current_instruction", "basic_instruction")
+REWORD_MODES = ("repeat", "intermediate", "all")
+_TONES = ("carefully", "plainly", "briefly", "formally", "simply", "directly", "calmly", "strictly")
+_ACTS = ("noted", "checked", "confirmed", "recorded", "traced", "matched", "compared", "reviewed")
+_OBJECTS = ("the case file", "the listing", "the question", "the candidates", "the entry", "the register")
 
 
 def step_index(field: str) -> int:
@@ -87,8 +100,10 @@ class SyntheticWorld:
     apart from call counts: everything about an example is in its question. task_s / prompt_s:
     seconds each task / prompt call sleeps."""
 
-    def __init__(self, task_s: float = 0.03, prompt_s: float = 0.08):
-        self.task_s, self.prompt_s = task_s, prompt_s
+    def __init__(self, task_s: float = 0.03, prompt_s: float = 0.08, reword: str = "repeat"):
+        if reword not in REWORD_MODES:
+            raise ValueError(f"reword must be one of {REWORD_MODES}; got {reword!r}")
+        self.task_s, self.prompt_s, self.reword = task_s, prompt_s, reword
         self.calls: Counter[str] = Counter()
         self._lock = threading.Lock()
 
@@ -103,7 +118,28 @@ class SyntheticWorld:
 
     # -- task steps ------------------------------------------------------------------------------
     def task(self, call: FakeCall) -> dict:
+        """The step's output; reworded per :attr:`reword` (never the value the next step or the metric reads)."""
         field = next(f for f in call.output_fields if _TASK_FIELD.fullmatch(f))
+        out = self._value(call, field)
+        if self.reword == "repeat":
+            return out
+        wording = self._wording(call)
+        if field != LAST_FIELD:
+            out[field] = f"{out[field]} [{wording}]"
+        if self.reword == "all" and "reasoning" in call.output_fields:
+            out["reasoning"] = f"I {wording} before writing `{field}`."
+        return out
+
+    @staticmethod
+    def _wording(call: FakeCall) -> str:
+        """A phrase that changes with any change of the prompt (instruction, inputs, hint)."""
+        h = stable_hash(json.dumps([call.instructions, sorted(call.inputs.items())]))
+        return (
+            f"{_ACTS[h % len(_ACTS)]} {_OBJECTS[h // 8 % len(_OBJECTS)]} {_TONES[h // 64 % len(_TONES)]}, "
+            f"pass {h // 512 % 1000}"
+        )
+
+    def _value(self, call: FakeCall, field: str) -> dict:
         upstream = sorted((k for k in call.inputs if _TASK_FIELD.fullmatch(k)), key=step_index)
         index = step_index(upstream[-1]) + 1 if upstream else 0
         question = call.inputs.get("question", "")

@@ -106,19 +106,22 @@ class Acceptance:
             raise BudgetExhausted(f"the next candidate check needs up to {needed} metric calls")
 
     def judge(self, record: CandidateRecord, candidate: dict[str, str], examples: list[dspy.Example]) -> None:
-        """Write the verdict into ``record``: a gain on the cluster first, then on validation.
+        """Write the verdict into ``record``: a gain on the cluster first, then on validation."""
+        if self.cluster_check(record, self.state.instructions, candidate, examples):
+            self.validate(record, candidate)
 
-        Validation scores the examples the current program does worst on first, where a losing
-        candidate shows it soonest. An accepted candidate's validation scores become the new bar.
-        """
-        state, chunk, top = self.state, self.config.eval_chunk_size, self.config.max_score
+    def cluster_check(
+        self, record: CandidateRecord, program: dict[str, str], candidate: dict[str, str], examples: list[dspy.Example]
+    ) -> bool:
+        """Whether ``candidate`` beats ``program`` on its cluster's examples (both scores go into ``record``)."""
+        chunk, top = self.config.eval_chunk_size, self.config.max_score
         if len(examples) <= chunk:  # one batch for both sides of the cluster check
             before_out, after_out = self.evaluator.evaluate_many(
-                [(state.instructions, examples), (candidate, examples)], "minibatch"
+                [(program, examples), (candidate, examples)], "minibatch"
             )
             before, after = exact_total(before_out), exact_total(after_out)
         else:
-            before = exact_total(self.evaluator.evaluate(state.instructions, examples, "minibatch"))
+            before = exact_total(self.evaluator.evaluate(program, examples, "minibatch"))
             after = race(
                 self.evaluator, candidate, examples, "minibatch", before, strict=True, max_score=top, chunk_size=chunk
             ).total
@@ -126,7 +129,17 @@ class Acceptance:
         record.cluster_score_after = None if after is None else float(after / len(examples))
         if after is None or after <= before:
             record.reason = "no gain on its cluster"
-            return
+            return False
+        return True
+
+    def validate(self, record: CandidateRecord, candidate: dict[str, str]) -> bool:
+        """Whether ``candidate`` beats the best program on validation (the verdict goes into ``record``).
+
+        Validation scores the examples the best program does worst on first, where a losing
+        candidate shows it soonest. An accepted candidate's validation scores become the new bar
+        (the caller installs the candidate).
+        """
+        state, chunk, top = self.state, self.config.eval_chunk_size, self.config.max_score
         order = sorted(range(len(self.valset)), key=lambda i: (state.best_val_scores[i], i))
         strict = self.config.val_acceptance == "strict"
         result = race(
@@ -141,7 +154,7 @@ class Acceptance:
         )
         if result.stopped_early:
             record.reason = f"no gain on validation (stopped after {result.scored}/{len(self.valset)}: cannot win)"
-            return
+            return False
         record.val_score = float(result.total / len(self.valset))
         self.emit(
             "on_validation_scored",
@@ -155,7 +168,7 @@ class Acceptance:
         )
         if cannot_clear(result.total, state.best_val_total, strict):
             record.reason = "no gain on validation"
-            return
+            return False
         record.accepted, record.reason = (
             True,
             "gain on cluster and validation"
@@ -163,3 +176,4 @@ class Acceptance:
             else "gain on cluster, equal on validation",
         )
         state.set_best(self.evaluator.evaluate(candidate, self.valset, "validate"))  # all cached: free
+        return True

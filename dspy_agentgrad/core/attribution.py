@@ -159,6 +159,7 @@ class Attributor:
         examples: list[dspy.Example],
         outcomes: list[Outcome],
         items: list[tuple[int, tuple[str, ...]]] | list[tuple[int, tuple[str, ...], set[str]]],
+        phase: str = "intervene",
         ahead: bool = False,
         variant: int = 0,
         references: dict[int, tuple[Outcome, frozenset[str]]] | None = None,
@@ -197,7 +198,7 @@ class Attributor:
         if ahead:
             self.evaluator.intervene_ahead(self._instructions, [job for _, _, job in jobs])
             return []
-        results = self.evaluator.intervene(self._instructions, [job for _, _, job in jobs])
+        results = self.evaluator.intervene(self._instructions, [job for _, _, job in jobs], phase)
         return [(index, hints, result) for (index, hints, _), result in zip(jobs, results)]
 
     def _clean_fix(self, original: Outcome, result: Outcome, hints: dict[str, Hint]) -> bool:
@@ -266,7 +267,7 @@ class Attributor:
         for depth in range(2, max((len(c) for c in chains.values()), default=0) + 1):
             items = [(i, tuple(chain[:depth])) for i, chain in chains.items() if len(chain) >= depth]
             fixed = {}
-            for index, hints, result in self._hinted(examples, outcomes, items):
+            for index, hints, result in self._hinted(examples, outcomes, items, "cumulative"):
                 if self._clean_fix(outcomes[index], result, hints):
                     fixed[index] = (list(hints), result)
                     del chains[index]
@@ -302,7 +303,7 @@ class Attributor:
                 later = fixed[index][0][:-1]
                 if position < len(later):
                     items.append((index, tuple(n for n in kept if n != later[position])))
-            for index, hints, result in self._hinted(examples, outcomes, items):
+            for index, hints, result in self._hinted(examples, outcomes, items, "cumulative"):
                 kept, witnesses, _ = state[index]
                 dropped = next(n for n in kept if n not in hints)
                 if self._clean_fix(outcomes[index], result, hints):
@@ -335,7 +336,9 @@ class Attributor:
                     for i, name in testing.items()
                 ]
                 refs = {i: (pruned[i][1][name], frozenset(fixed[i][0])) for i, name in testing.items()}
-                for index, hints, result in self._hinted(examples, outcomes, items, variant=variant, references=refs):
+                for index, hints, result in self._hinted(
+                    examples, outcomes, items, "cumulative", variant=variant, references=refs
+                ):
                     if self._clean_fix(outcomes[index], result, hints):
                         kept, witnesses, _ = pruned[index]
                         kept.remove(testing[index])

@@ -119,32 +119,100 @@ class RoundEngine:
         candidate becomes the current program.
         """
         self.finish_validation()
-        state, name = self.state, cluster.predictor
-        current = state.instructions[name]
-        record = CandidateRecord(state.round_index, name, len(cluster.members), minimum, cluster.text, current, None)
-        examples = [g.record.example for g in cluster.members]
+        state = self.state
         self.acceptance.require_affordable(cluster)  # checked before paying for the rewrite
-        proposal = self.rewriter.rewrite(cluster)
-        if proposal is None or proposal.strip() == current.strip():
-            record.reason = self.rewriter.unusable(proposal, current)
+        record, candidate = self._propose(cluster, minimum, state.instructions)
+        if candidate is None:
             return record
-        record.instruction = proposal
+        start = self.budget.metric_calls
+        self.acceptance.judge(record, candidate, [g.record.example for g in cluster.members])
+        record.metric_calls = self.budget.metric_calls - start
+        if record.accepted:
+            self._install(candidate)
+        return record
+
+    def update_together(self, ready: list[Cluster], minimum: int) -> list[CandidateRecord]:
+        """Step 5 for the round's clusters, the winners validated together (``validate_together``).
+
+        Each rewrite is made on top of the round's earlier winners and must beat that stack on its own
+        cluster (as it would after their acceptance); the stack of winners then takes one validation
+        pass instead of one per candidate. When the stack does not beat the best program, each winner is
+        validated alone on the current program, in order, as :meth:`update` would, so a harmful
+        rewrite cannot ride along. When every candidate wins and is accepted, the decisions are
+        :meth:`update`'s, for one validation pass instead of one per candidate.
+        """
+        self.finish_validation()
+        program, records, winners = dict(self.state.instructions), [], []
+        for cluster in ready:
+            if not self.acceptance.affordable(program, cluster):  # its checks and one validation pass
+                if not records:
+                    self.acceptance.require_affordable(cluster)
+                break  # the stack so far still gets its validation pass
+            record, candidate = self._propose(cluster, minimum, program)
+            records.append(record)
+            if candidate is None:
+                continue
+            start = self.budget.metric_calls
+            won = self.acceptance.cluster_check(record, program, candidate, [g.record.example for g in cluster.members])
+            record.metric_calls = self.budget.metric_calls - start
+            if won:
+                winners.append(record)
+                program = candidate
+        if not winners:
+            return records
+        start, last = self.budget.metric_calls, winners[-1]
+        together = self.acceptance.validate(last, program)
+        last.metric_calls += self.budget.metric_calls - start
+        if together:
+            for record in winners:
+                record.accepted, record.val_score = True, last.val_score
+                if len(winners) > 1:
+                    record.reason = f"{last.reason}, validated with {len(winners) - 1} other winner(s)"
+            self._install(program)
+            return records
+        if len(winners) > 1:
+            logger.info("round %d: the stack of %d winners lost on validation", self.state.round_index, len(winners))
+            for record in winners:
+                self._validate_alone(record)
+        return records
+
+    def _validate_alone(self, record: CandidateRecord) -> None:
+        """A winner of its cluster validated on the current program (after its stack lost)."""
+        candidate = {**self.state.instructions, record.predictor: record.instruction}
+        needed = self.evaluator.cost(candidate, self.valset)
+        if needed > self.budget.remaining():
+            raise BudgetExhausted(f"the next validation pass needs up to {needed} metric calls")
+        start = self.budget.metric_calls
+        record.accepted, record.val_score = False, None
+        if self.acceptance.validate(record, candidate):
+            self._install(candidate)
+        record.metric_calls += self.budget.metric_calls - start
+
+    def _propose(
+        self, cluster: Cluster, minimum: int, program: dict[str, str]
+    ) -> tuple[CandidateRecord, dict[str, str] | None]:
+        """The record for ``cluster`` rewritten on ``program``, and the candidate program (None when the
+        rewrite cannot be judged; the record says why)."""
+        state, name = self.state, cluster.predictor
+        current = program[name]
+        record = CandidateRecord(state.round_index, name, len(cluster.members), minimum, cluster.text, current, None)
+        proposal = self.rewriter.rewrite(cluster, program)
         problem = self.rewriter.unusable(proposal, current)
+        if proposal is not None and proposal.strip() != current.strip():
+            record.instruction = proposal
         if problem is not None:
             record.reason = problem
-            return record
+            return record, None
         self.emit(
             "on_candidate_proposed",
             CandidateProposed(state.round_index, name, len(cluster.members), cluster.text, proposal),
         )
-        candidate = {**state.instructions, name: proposal}
-        start = self.budget.metric_calls
-        self.acceptance.judge(record, candidate, examples)
-        record.metric_calls = self.budget.metric_calls - start
-        if record.accepted:
-            state.instructions = candidate
-            state.val_history.append((self.budget.metric_calls, state.best_val_score))
-        return record
+        return record, {**program, name: proposal}
+
+    def _install(self, candidate: dict[str, str]) -> None:
+        """An accepted candidate becomes the current program."""
+        self.state.instructions = candidate
+        self.state.val_history.append((self.budget.metric_calls, self.state.best_val_score))
 
     # ---- the loop -----------------------------------------------------------------------------
     def run(self, max_rounds: int | None, resumed: bool = False) -> str:
@@ -288,8 +356,11 @@ class RoundEngine:
         if attribution.speculated:
             self.finish_validation()  # the stacked checks run against the starting program's scores
             self.speculation.prefetch_judging(ready, r)
-        for cluster in ready:
-            candidate = self.update(cluster, minimum)
+        if self.config.validate_together:
+            judged = self.update_together(ready, minimum) if ready else []
+        else:
+            judged = (self.update(cluster, minimum) for cluster in ready)
+        for candidate in judged:
             self.state.candidates.append(candidate)
             record.candidates += 1
             record.accepted += candidate.accepted

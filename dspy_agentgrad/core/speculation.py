@@ -112,10 +112,12 @@ class Speculation:
         logger.info("round %d: no stack of candidate checks fits the budget left", round_index)
 
     def _stacked_checks(self, stack: list[tuple[dict[str, str], Cluster]]) -> list[Chain]:
-        """Each validation example under every program of the stack; each cluster's examples under the
-        programs up to its own candidate (its "before" and "after")."""
+        """Each validation example under every program of the stack (only the top one when the round's
+        winners are validated together); each cluster's examples under the programs up to its own
+        candidate (its "before" and "after")."""
         before = [dict(self.state.instructions)] + [program for program, _ in stack[:-1]]
-        chains = [(ex, [program for program, _ in stack]) for ex in self.valset]
+        validated = [stack[-1][0]] if self.config.validate_together else [program for program, _ in stack]
+        chains = [(ex, validated) for ex in self.valset]
         for level, (_, cluster) in enumerate(stack):
             chains += [(g.record.example, before[: level + 1] + [stack[level][0]]) for g in cluster.members]
         return chains

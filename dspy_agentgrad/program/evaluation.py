@@ -22,13 +22,14 @@ any budget.
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import dspy
 
-from ..runtime.budget import Budget
+from ..runtime.budget import Budget, TaskCapReached
 from ..runtime.jsonable import digest, example_key
 from ..runtime.paid_work import PaidWork
 from ..runtime.parallel import parallel_map
@@ -99,6 +100,8 @@ class Evaluator:
         self.reuse = reuse
         self.reused = 0  # runs that took their reference's score instead of a metric call
         self.errors: Counter[str] = Counter()
+        self.phase_calls: Counter[str] = Counter()  # metric calls made per phase
+        self.phase_wall: Counter[str] = Counter()  # seconds spent waiting on runs per phase
         self._history: dict[str, list[tuple[dict[str, str], Outcome]]] = {}
         self._ahead: dict[str, Execution] = {}  # program runs made ahead of their scoring (speculation), by key
         self._lock = threading.Lock()
@@ -298,6 +301,7 @@ class Evaluator:
         the work for ``keys[i]``; it is built (references chosen) now, in this thread, for new keys only."""
         fresh = self.work.pending(keys)
         self.budget.charge(len(fresh))
+        started = time.perf_counter()
         first = {}
         for i, key in enumerate(keys):
             first.setdefault(key, i)
@@ -307,11 +311,23 @@ class Evaluator:
             return work.get(key) or (lambda: pay_for(first[key])())
 
         parallel_map(lambda key: self._settle(key, pay(key), phase), fresh, self.num_threads)
-        return [self._settle(key, pay(key), phase) for key in keys]
+        outcomes = [self._settle(key, pay(key), phase) for key in keys]
+        self._timed(phase, started)
+        return outcomes
+
+    def _timed(self, phase: str, started: float) -> None:
+        """Add the seconds since ``started`` to ``phase`` (where the wall goes; overlapping phases both count)."""
+        with self._lock:
+            self.phase_wall[phase] += time.perf_counter() - started
 
     def _settle(self, key: str, pay: Callable[[], Outcome], phase: str) -> Outcome:
-        """The outcome for ``key`` (charged beforehand by the caller): paid once, counted once."""
-        outcome, new = self.work.settle(key, pay)
+        """The outcome for ``key`` (charged beforehand by the caller): paid once, counted once. A run the
+        task-LM caps cut short is dropped: no metric call was made, its charge is given back."""
+        try:
+            outcome, new = self.work.settle(key, pay)
+        except TaskCapReached:
+            self.budget.refund(1)
+            raise
         if new:
             self._count(outcome, phase)
             if not outcome.scored:  # its output equals its reference's: no metric call was made
@@ -323,6 +339,7 @@ class Evaluator:
     def _count(self, outcome: Outcome, phase: str) -> None:
         self.ledger.add("task", phase, outcome.usage)
         with self._lock:
+            self.phase_calls[phase] += outcome.scored
             if outcome.attempts > 1:
                 self.errors["retries"] += outcome.attempts - 1
             if outcome.error:

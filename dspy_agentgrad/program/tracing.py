@@ -34,14 +34,16 @@ import logging
 import threading
 import traceback
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import Any
 
 import dspy
 import pydantic
 from dspy.signatures.signature import ensure_signature
 
+from ..runtime.budget import Budget, TaskCapReached, task_ticket
 from ..runtime.jsonable import digest, faithful, to_jsonable
 from ..runtime.redaction import Redactor
 from ..runtime.retries import FirstRunsFailed, RetryPolicy, error_kind, is_transient, setup_fix
@@ -93,9 +95,13 @@ class RunControl:
         hints: dict[str, str] | None = None,
         replay: Iterable[Step] = (),
         reuse: Iterable[Step] = (),
+        budget: Budget | None = None,
     ):
-        """``replay``: calls that must be replayed (a miss is counted); ``reuse``: calls that may be."""
+        """``replay``: calls that must be replayed (a miss is counted); ``reuse``: calls that may be;
+        ``budget``: the task-LM caps every live call is admitted against (None: no cap)."""
         self.instructions = instructions
+        self.budget = budget
+        self.capped: TaskCapReached | None = None  # a call was refused: the run must not be scored
         self.hints = dict(hints or {})
         replay, reuse = list(replay), list(reuse)
         self._lock = threading.Lock()
@@ -246,6 +252,27 @@ class _Call:
     def failed(self, error: BaseException) -> None:
         self.control.predictor_error(error)
 
+    @contextmanager
+    def admitted(self, kwargs: dict) -> Iterator[None]:
+        """Hold the call's worst case against the task-LM caps while it runs, then settle what it used."""
+        budget = self.control.budget
+        if budget is None:
+            yield
+            return
+        lm = kwargs.get("lm") or self.predictor.lm or dspy.settings.lm
+        inputs = {k: v for k, v in kwargs.items() if k in kwargs["signature"].input_fields}
+        try:
+            ticket = budget.admit_task_call(task_ticket(lm, kwargs["signature"], inputs))
+        except TaskCapReached as refused:
+            self.control.capped = refused
+            raise
+        usage = empty_usage()
+        try:
+            with track() as usage:
+                yield
+        finally:
+            budget.settle_task_call(ticket, usage["calls"], usage["prompt_tokens"] + usage["completion_tokens"])
+
     def finish(self, prediction: Any) -> Any:
         outputs = to_jsonable(dict(prediction.items())) if hasattr(prediction, "items") else {}
         self.control.record(
@@ -262,7 +289,10 @@ def _intercepted_forward(self: dspy.Predict, **kwargs):
     if replayed is not None:
         return replayed
     try:
-        return call.finish(type(self).forward(self, **call.live_kwargs()))
+        live = call.live_kwargs()
+        with call.admitted(live):
+            prediction = type(self).forward(self, **live)
+        return call.finish(prediction)
     except Exception as error:
         call.failed(error)
         raise
@@ -276,7 +306,10 @@ async def _intercepted_aforward(self: dspy.Predict, **kwargs):
     if replayed is not None:
         return replayed
     try:
-        return call.finish(await type(self).aforward(self, **call.live_kwargs()))
+        live = call.live_kwargs()
+        with call.admitted(live):
+            prediction = await type(self).aforward(self, **live)
+        return call.finish(prediction)
     except Exception as error:
         call.failed(error)
         raise
@@ -370,9 +403,11 @@ class ProgramRunner:
         max_score: float | None = None,
         failure_score: float = 0.0,
         redact: Callable[[str], str] | None = None,
+        task_budget: Budget | None = None,
     ):
         self.program = student.deepcopy()
         self.redact = redact or Redactor()
+        self.task_budget = task_budget if task_budget is not None and task_budget.task_capped else None
         self.max_score = max_score
         self.metric = metric
         self.task_model = task_model
@@ -414,7 +449,7 @@ class ProgramRunner:
         track_usage = bool(dspy.settings.get("track_usage"))
         while True:
             attempt += 1
-            control = RunControl(dict(instructions), hints, replay, reuse)
+            control = RunControl(dict(instructions), hints, replay, reuse, self.task_budget)
             lm = {"lm": self.task_model} if self.task_model else {}
             per_lm: dict[str, dict] = {}
             try:
@@ -426,6 +461,8 @@ class ProgramRunner:
                 error = None
             except Exception as exc:  # LM errors, parse failures: scored as failure, never as success
                 prediction, error = None, exc
+            if control.capped is not None:  # raised here even when the program caught the refusal
+                raise control.capped
             for key in total_usage:
                 total_usage[key] += usage[key]
             if error is not None and is_transient(error) and attempt < self.retry.attempts:

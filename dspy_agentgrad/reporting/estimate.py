@@ -8,7 +8,8 @@ a failure takes, and how blame splits over the predictors. At the start of
 extra spend; hints and blame then take their defaults: half the predictors plus one,
 an even split, and no run reused). A round pays for the batch's runs not cached yet, the hints of its
 failures, and per cluster a rewrite checked on the cluster and, when it wins there,
-on the validation set; of those checks, the share the sample's hinted runs reused
+on the validation set (with ``validate_together``, one pass per round when any wins); of those
+checks, the share the sample's hinted runs reused
 (output unchanged) is taken to cost no metric call. The projection plays the rounds forward under the assumption
 ``CLUSTER_WIN_RATE`` and stops where the run stops: ``max_rounds``, the budget, no
 failure left, or rounds without a new program run.
@@ -188,7 +189,7 @@ def project_calls(
         new = max(0.0, min(fresh, n_train - ever))
         spent = new + (fresh - new) * change + sum(rates.values()) * fresh * hints
         minimum = min_cluster_size(config.cluster_schedule, tally.rounds)
-        gradients, candidates = 0.0, 0.0
+        gradients, candidates, shared_val = 0.0, 0.0, 0.0
         for name in [n for n in predictors if n in trainable]:
             pool = rates[name] * batch + waiting[name]
             gradients += rates[name] * batch
@@ -196,11 +197,16 @@ def project_calls(
                 waiting[name] = pool
                 continue
             changed_val = n_val * (rates[name] + (1 - rates[name]) * change)
-            spent += pool + win * changed_val
+            # its cluster under the rewrite; the validation set when it wins there (alone, or in the round's
+            # one shared pass under ``validate_together``)
+            spent += pool + (0.0 if config.validate_together else win * changed_val)
+            shared_val = max(shared_val, changed_val)
             candidates, waiting[name] = candidates + 1, 0.0
             rates[name] *= 1 - win  # an accepted rewrite fixes the failures blamed on its predictor
             if rates[name] * n_train < 1:
                 rates[name] = 0.0  # not one failure of it left in the training set
+        if config.validate_together:  # one validation pass when any candidate of the round wins its cluster
+            spent += shared_val * (1 - (1 - win) ** candidates)
         if max_metric_calls is not None and tally.metric_calls + spent > max_metric_calls:
             tally.metric_calls, tally.rounds = max_metric_calls, tally.rounds + 1  # stops at the step that won't fit
             break

@@ -88,6 +88,8 @@ class AgentGradResult:
     max_metric_calls: int | None = None
     reused_runs: int = 0  # program runs whose output equalled an earlier run's: its score taken, no metric call
     usage: dict = field(default_factory=dict)
+    phase_calls: dict = field(default_factory=dict)  # metric calls per phase of program runs
+    phase_wall_s: dict = field(default_factory=dict)  # seconds waited on runs per phase (overlapping phases both count)
     program_errors: dict[str, int] = field(default_factory=dict)
     prompt_role_failures: dict[str, int] = field(default_factory=dict)
     wall_time_s: float = 0.0
@@ -111,6 +113,8 @@ class AgentGradResult:
         program_errors: dict[str, int],
         prompt_role_failures: dict[str, int],
         seed: int,
+        phase_calls: dict[str, int] | None = None,
+        phase_wall_s: dict[str, float] | None = None,
         initial_instructions: dict[str, str],
         wall_time_s: float,
         resumed: bool,
@@ -138,6 +142,8 @@ class AgentGradResult:
             max_metric_calls=budget.max_metric_calls,
             reused_runs=reused_runs,
             usage=usage,
+            phase_calls=dict(sorted((phase_calls or {}).items())),
+            phase_wall_s={k: round(v, 3) for k, v in sorted((phase_wall_s or {}).items())},
             program_errors=dict(program_errors),
             prompt_role_failures=dict(prompt_role_failures),
             wall_time_s=wall_time_s,

@@ -1,4 +1,5 @@
-"""The optimizer's budget: metric calls (program runs scored by the metric) and prompt-LM tokens and cost.
+"""The optimizer's budget: metric calls (program runs scored by the metric), prompt-LM tokens and cost,
+and task-LM calls and tokens.
 
 Charging happens *before* work starts, so a run never overshoots a cap, whatever
 the number of threads.
@@ -11,6 +12,12 @@ batch's calls, so whether a batch is refused does not depend on the order or the
 timing in which its calls finish: the same decisions at 1 and at 8 threads. (Which
 calls of the refused batch were paid before the run stopped may differ; all of
 them fit under the cap.)
+
+Task-LM caps are hard too, whatever reuse saves or retries add: every live predictor call of a
+program run is admitted before it starts, against what was paid plus the worst cases of the calls
+in flight (calls and tokens: its prompt's estimate plus ``max_tokens``, twice when the adapter may
+retry in another format). A call that could pass a cap waits while other calls are in flight (they
+may leave room); when none is, it is refused, its run is dropped (not scored) and the run stops.
 """
 
 from __future__ import annotations
@@ -44,6 +51,18 @@ class PromptCapReached(BudgetExhausted):
         )
 
 
+class TaskCapReached(BudgetExhausted):
+    """A task-LM call could take the run past ``max_task_calls`` or ``max_task_tokens``."""
+
+
+@dataclass
+class TaskTicket:
+    """A task-LM call admitted: its worst case, held until it is settled."""
+
+    calls: int
+    tokens: int
+
+
 @dataclass
 class _Batch:
     """Worst cases admitted and real usage settled for the calls of one parallel batch."""
@@ -71,15 +90,57 @@ class Budget:
         max_metric_calls: int | None = None,
         max_prompt_tokens: int | None = None,
         max_prompt_cost: float | None = None,
+        max_task_calls: int | None = None,
+        max_task_tokens: int | None = None,
     ):
         self.max_metric_calls = max_metric_calls
         self.max_prompt_tokens = max_prompt_tokens
         self.max_prompt_cost = max_prompt_cost
+        self.max_task_calls = max_task_calls
+        self.max_task_tokens = max_task_tokens
         self.metric_calls = 0
         self.prompt_tokens = 0
         self.prompt_cost = 0.0
+        self.task_calls = 0  # paid by admitted calls (task-LM calls outside the caps are not counted here)
+        self.task_tokens = 0
+        self._task_held = TaskTicket(0, 0)  # worst cases of the admitted calls in flight
         self._batches: dict[Any, _Batch] = {}
         self._lock = threading.Lock()
+        self._task_settled = threading.Condition(self._lock)
+
+    @property
+    def task_capped(self) -> bool:
+        return self.max_task_calls is not None or self.max_task_tokens is not None
+
+    def _task_fits(self, ticket: TaskTicket, held: TaskTicket) -> bool:
+        calls_ok = self.max_task_calls is None or self.task_calls + held.calls + ticket.calls <= self.max_task_calls
+        tokens_ok = (
+            self.max_task_tokens is None or self.task_tokens + held.tokens + ticket.tokens <= self.max_task_tokens
+        )
+        return calls_ok and tokens_ok
+
+    def admit_task_call(self, ticket: TaskTicket) -> TaskTicket:
+        """Hold ``ticket``'s worst case for a task-LM call about to start, or raise :class:`TaskCapReached`.
+        Waits while the call fits only once calls in flight are settled."""
+        with self._task_settled:
+            while not self._task_fits(ticket, self._task_held):
+                if self._task_held.calls == 0 or not self._task_fits(ticket, TaskTicket(0, 0)):
+                    raise TaskCapReached(
+                        f"task-LM budget: {self.task_calls} calls of {self.max_task_calls}, {self.task_tokens} "
+                        f"tokens of {self.max_task_tokens} paid; the next call could take {ticket.calls} call(s) "
+                        f"and {ticket.tokens} tokens"
+                    )
+                self._task_settled.wait()
+            self._task_held = TaskTicket(self._task_held.calls + ticket.calls, self._task_held.tokens + ticket.tokens)
+            return ticket
+
+    def settle_task_call(self, ticket: TaskTicket, calls: int, tokens: int) -> None:
+        """Record what an admitted task-LM call really used, and release its worst case."""
+        with self._task_settled:
+            self._task_held = TaskTicket(self._task_held.calls - ticket.calls, self._task_held.tokens - ticket.tokens)
+            self.task_calls += calls
+            self.task_tokens += tokens
+            self._task_settled.notify_all()
 
     def remaining(self) -> float:
         """Metric calls left (infinite without a cap)."""
@@ -162,6 +223,18 @@ def estimated_tokens(text: str) -> int:
     ascii_chars = sum(1 for c in text if c < "\x80")
     other_bytes = len(text.encode("utf-8", "surrogatepass")) - ascii_chars
     return -(-ascii_chars // CHARS_PER_TOKEN) + other_bytes
+
+
+def task_ticket(lm: Any, signature: Any, inputs: dict[str, Any]) -> TaskTicket:
+    """The worst case of one predictor call: one LM call, or two when the adapter may retry in JSON
+    (dspy's ChatAdapter falls back to the JSONAdapter after a parse error); :func:`worst_case_usage`
+    already counts the tokens of both requests."""
+    import dspy
+
+    adapter = dspy.settings.adapter or dspy.ChatAdapter()
+    retries = getattr(adapter, "use_json_adapter_fallback", False) and not isinstance(adapter, dspy.JSONAdapter)
+    usage = worst_case_usage(lm, signature, inputs)
+    return TaskTicket(2 if retries else 1, usage["prompt_tokens"] + usage["completion_tokens"])
 
 
 def worst_case_usage(lm: Any, signature: Any, inputs: dict[str, Any]) -> dict[str, int]:
