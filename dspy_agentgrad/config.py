@@ -50,14 +50,13 @@ def worst_case_calls(
 ) -> int:
     """The most metric calls ``rounds`` rounds can take, after one initial validation pass. Per round: the
     batch; one hinted run per failure and predictor; 2(N - 1) cumulative and pruning runs per failure and, with
-    two predictors or more, a placebo run per placebo wording and predictor; and per gradient (at most one per
+    two predictors or more, a placebo run per placebo wording and predictor but one; and per gradient (at most one per
     failure and predictor, kept waiting for up to ``schedule_length`` rounds) a candidate whose checks run its
     cluster before and after and one validation pass."""
     b = min(train_batch_size, n_train)
     n = n_predictors
     gradients = schedule_length * b * n
-    placebo = len(PLACEBOS) * n if n >= 2 else 0
-    return n_val + rounds * (b * (1 + n + 2 * max(n - 1, 0) + placebo) + gradients * (2 + n_val))
+    return n_val + rounds * (b * (1 + n + (2 + len(PLACEBOS)) * max(n - 1, 0)) + gradients * (2 + n_val))
 
 
 def _is_int(value: object) -> bool:

@@ -316,19 +316,20 @@ class Attributor:
     def _placebo(self, examples, outcomes, fixed: dict, pruned: dict) -> None:
         """The causal control of a kept hint: dropping it also reverts its predictor's prompt, so under an LM
         that rewords its output whenever its prompt changes, a fix may come from that wording alone (and the
-        earliest hint, added last, is never dropped at all). While a fixed set keeps two hints or more, each
-        kept hint, earliest first, is replaced by a placebo (the same kind of prompt change, no information),
-        under each placebo wording in turn; when one still fixes the failure cleanly, the hint's information
-        was not what mattered: its predictor gets no pseudo-label, keeps the placebo, and the others' labels
-        are taken from the placebo run. Compares outcomes, never texts. A placebo run reuses the run without
-        that hint (its witness), so under reuse a placebo that leaves its predictor's output as it was costs
-        no metric call (an LM that does not reword pays nothing for the control)."""
+        earliest hint, added last, is never dropped at all). Each kept hint but the latest (a wording can only
+        have mattered through a later hinted predictor that reads it), earliest first, is replaced by a placebo
+        (the same kind of prompt change, no information), under each placebo wording in turn; when one still
+        fixes the failure cleanly, the hint's information was not what mattered: its predictor gets no
+        pseudo-label, keeps the placebo, and the others' labels are taken from the placebo run. Compares
+        outcomes, never texts. A placebo run reuses the run without that hint (its witness), so under reuse a
+        placebo that leaves its predictor's output as it was costs no metric call (an LM that does not reword
+        pays nothing for the control)."""
         placed: dict[int, set[str]] = {i: set() for i in pruned}
         for position in range(max((len(kept) for kept, _, _ in pruned.values()), default=0)):
             testing = {}
             for index, (kept, _, _) in pruned.items():
-                untested = [n for n in reversed(fixed[index][0]) if n in kept][position - len(placed[index]) :]
-                if len(kept) >= 2 and untested:
+                untested = [n for n in reversed(fixed[index][0]) if n in kept[1:]][position - len(placed[index]) :]
+                if untested:
                     testing[index] = untested[0]
             for variant in range(len(PLACEBOS)):
                 items = [

@@ -48,7 +48,6 @@ class Hint:
 PLACEBOS = (
     Hint("No hint for this example: produce your outputs as you normally would."),
     Hint("Nothing to add for this example; answer from your inputs alone."),
-    Hint("This example comes with no extra guidance."),
 )
 
 
