@@ -38,7 +38,7 @@ from .reporting.estimate import SAMPLE_SIZE, Estimate, RunSoFar, SampleStats, St
 from .reporting.observers import ProgressBar, RunLog, StateSnapshot
 from .reporting.report import write_report
 from .reporting.results import AgentGradResult, AttributionReport
-from .reporting.tracking import MlflowTracker, import_mlflow
+from .reporting.tracking import MlflowTracker, autolog_logs_compiles, follow_dspy_autolog, import_mlflow
 from .reporting.wandb_tracking import WandbSettings, WandbTracker, import_wandb
 from .roles.instruction_proposer import InstructionProposer
 from .roles.proposer import Proposer
@@ -502,10 +502,10 @@ class AgentGrad(Teleprompter):
             RunLog(self.verbose, start_estimate.total),
             Stoppers(self.stop_callbacks),
         ]
-        if self.config.use_mlflow:
-            observers.append(
-                MlflowTracker(options, snapshot, lambda r: _with_instructions(student, r.final_instructions))
-            )
+        if self.config.use_mlflow or autolog_logs_compiles():
+            task, prompt = self._lms()
+            optimized = lambda r: _with_instructions(student, r.final_instructions)  # noqa: E731
+            observers.append(MlflowTracker(options, {"task": task, "prompt": prompt}, snapshot, optimized))
         if self.wandb.enabled:
             observers.append(WandbTracker(self.wandb, options, snapshot))
         if self.log_dir is not None:
@@ -567,3 +567,4 @@ def _options_signature() -> inspect.Signature:
 
 
 AgentGrad.__init__.__signature__ = _options_signature()
+follow_dspy_autolog()  # an mlflow.dspy.autolog() called before this import would otherwise miss AgentGrad

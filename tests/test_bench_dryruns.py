@@ -13,7 +13,7 @@ from benchmarks import common, run
 
 needs = {
     "hover": ("bm25s", "matplotlib"),
-    "ifbench": ("nltk", "ifbench", "if_verifiable", "matplotlib"),
+    "ifbench": ("nltk", "if_verifiable", "matplotlib"),
 }
 
 

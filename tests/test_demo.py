@@ -117,3 +117,13 @@ def test_demo_data_is_disjoint_and_seeded():
     assert len(set(pairs)) == 15
     assert all(e.answer in e.evidence and e.evidence in e.passage for e in train + val + test)
     assert [e.question for e in demo_task.load_demo_data(5, 5, 5, seed=1)[0]] == [e.question for e in train]
+
+
+def test_a_run_served_entirely_from_the_cache_says_so(tmp_path, capsys):
+    """A warm DSPy cache must not pass for a run: the summary says nothing was generated."""
+    from dspy_agentgrad.demo.story import report
+
+    lm = fake_lm(make_reader([e for split in demo_task.load_demo_data(4, 4, 4) for e in split]))
+    summary = run_demo(lm, lm, DemoSettings(n_train=4, n_val=4, n_test=4, max_metric_calls=40), out=tmp_path)
+    assert "Nothing was generated" not in capsys.readouterr().out
+    assert "Nothing was generated: every LM reply came from DSPy's cache" in report({**summary, "lm_generations": 0})

@@ -181,6 +181,52 @@ def test_the_run_writes_a_self_contained_report(finished_run):
         assert f"round 0, {name}: {count}</title>" in page
 
 
+def test_result_json_keeps_every_failure_and_where_it_was_put(finished_run):
+    """Per-failure blame: each round's failures, each on the predictor whose hint fixed it (with its output
+    before and with the hint) or on nobody (a hard case); the counts agree with the rounds'."""
+    result = AgentGradResult.from_dict(json.loads((finished_run / "result.json").read_text()))
+    for r in result.rounds:
+        records = [b for b in result.blame if b.round == r.round]
+        assert len(records) == sum(r.attributed.values()) + r.hard_cases
+        for name, count in r.attributed.items():
+            assert sum(b.predictor == name for b in records) == count
+        assert sum(b.predictor is None for b in records) == r.hard_cases
+    blamed = [b for b in result.blame if b.predictor is not None]
+    assert blamed and all(b.example and b.original and b.corrected and b.original != b.corrected for b in blamed)
+    assert all("question" in b.example for b in result.blame)
+
+
+def test_per_example_validation_scores_average_to_the_reported_scores(finished_run):
+    result = AgentGradResult.from_dict(json.loads((finished_run / "result.json").read_text()))
+    assert len(result.val_examples) == 8 and len({v.example for v in result.val_examples}) == 8
+    assert sum(v.initial for v in result.val_examples) / 8 == pytest.approx(result.initial_val_score)
+    assert sum(v.best for v in result.val_examples) / 8 == pytest.approx(result.best_val_score)
+    assert any(v.change == "up" for v in result.val_examples)
+
+
+def test_the_report_reads_without_the_source(finished_run):
+    """Usage as a table, a glossary of its terms, each validation example before and after, every failure."""
+    page = (finished_run / "report.html").read_text()
+    result = AgentGradResult.from_dict(json.loads((finished_run / "result.json").read_text()))
+    assert "{&quot;" not in page and "<th>LM usage</th>" in page
+    assert f'<td class="num">{result.usage["task"]["calls"]:,}</td>' in page
+    for term in ("hard", "min cluster", "waiting", "cluster score", "metric call"):
+        assert f"<dt>{term}</dt>" in page
+    assert page.count("<tr class=") == len(result.val_examples)
+    ups = sum(v.change == "up" for v in result.val_examples)
+    assert f"{ups} examples improved" in page and page.count('<tr class="up">') == ups
+    assert f"{len(result.blame)} failures and where each was put" in page
+
+
+def test_a_score_with_no_new_metric_call_says_why():
+    from dspy_agentgrad.reporting.results import CandidateRecord
+
+    free = CandidateRecord(1, "p", 3, 2, "g", "old", "new", 0.0, 1.0, 0.6, True, "gain", metric_calls=0)
+    page = render_html(AgentGradResult(0.6, 0.5, {"p": "new"}, {"p": "old"}, candidates=[free]))
+    assert "validation 0.600; 0 metric calls;" not in page
+    assert "0 metric calls paid while judged (paid ahead by speculation" in page
+
+
 def test_candidates_are_placed_on_the_curve_where_they_were_validated(finished_run):
     result = AgentGradResult.from_dict(json.loads((finished_run / "result.json").read_text()))
     positions = candidate_positions(result)

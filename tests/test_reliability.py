@@ -345,13 +345,14 @@ def test_retry_after_is_honoured_within_a_bound():
     assert policy.delay(1, wrapped) == 4.0
 
 
-def test_program_runs_wait_as_long_as_the_server_asks(monkeypatch):
+def test_one_retry_layer_each_honouring_retry_after(monkeypatch):
+    """An LM's rate limit is retried by the LM (num_retries) alone; a metric's own HTTP error is retried
+    by AgentGrad. Both wait as long as the server asks."""
     from dspy.lm15 import RateLimitError
 
-    from dspy_agentgrad.runtime import retries
-
-    slept = []
-    monkeypatch.setattr(retries.time, "sleep", slept.append)
+    slept, ours = [], []  # time.sleep calls (DSPy's); AgentGrad's waits
+    monkeypatch.setattr(time, "sleep", slept.append)
+    monkeypatch.setattr(RetryPolicy, "wait", lambda self, attempt, error=None: ours.append(self.delay(attempt, error)))
 
     class SlowDown(RuleEngine):
         def __init__(self, rule):
@@ -364,9 +365,21 @@ def test_program_runs_wait_as_long_as_the_server_asks(monkeypatch):
                 raise RateLimitError("slow down", retry_after=2.5)
             return super().complete(request)
 
-    dspy.configure(lm=fake_lm(SlowDown(World())))
-    result = compile_once().detailed_results
-    assert slept == [2.5] and result.program_errors["retries"] == 1
+    class ServiceUnavailable(Exception):  # as an HTTP client raises it
+        response = type("Response", (), {"headers": {"retry-after": "1.5"}})()
+
+    refused = []
+
+    def judged_remotely(gold, pred, trace=None, pred_name=None, pred_trace=None):
+        if not refused:
+            refused.append(True)
+            raise ServiceUnavailable("503")
+        return feedback_metric(gold, pred)
+
+    dspy.configure(lm=fake_lm(SlowDown(World()), num_retries=1))
+    result = compile_once(metric_fn=judged_remotely).detailed_results
+    assert ours == [1.5] and slept == [2.5]  # AgentGrad waited 1.5 s for the metric, DSPy 2.5 s for its LM
+    assert result.program_errors.get("retries", 0) == 0 and not result.program_errors.get("transient")
 
 
 # ---- log_dir cost ---------------------------------------------------------------------------------------

@@ -103,8 +103,8 @@ def test_torn_memo_line_is_dropped_on_resume(tmp_path):
 # ---- LM faults -----------------------------------------------------------------------------------
 
 
-def _compile_with(engine, threads: int = 1, retry_attempts: int = 3):
-    dspy.configure(lm=fake_lm(engine))
+def _compile_with(engine, threads: int = 1, retry_attempts: int = 3, lm_retries: int = 0):
+    dspy.configure(lm=fake_lm(engine, num_retries=lm_retries))
     train = make_data({"extract": 3, "notes": 2, "answer": 2, "either": 1, "none": 2})
     val = make_data({"extract": 2, "notes": 2, "answer": 1, "none": 2}, start=50)
     return (
@@ -130,21 +130,26 @@ def fault_free():
 
 @pytest.mark.parametrize("kind", ["rate_limit", "timeout"])
 @pytest.mark.parametrize("rate", [0.1, 0.5])
-def test_transient_faults_are_retried_counted_and_change_nothing(fault_free, kind, rate):
+def test_transient_lm_faults_are_retried_by_the_lm_alone_and_change_nothing(fault_free, kind, rate):
+    """One retry layer: the LM's own num_retries recovers every fault; AgentGrad retries none again."""
     engine = FaultyEngine(World(), rate=rate, kind=kind, seed=3)
-    result = _compile_with(engine, threads=2, retry_attempts=5)  # a run makes 3 LM calls: 5 attempts always recover
+    result = _compile_with(engine, threads=2, retry_attempts=5, lm_retries=1)  # each prompt fails once
     assert engine.faults > 0
-    assert (
-        result.program_errors.get("retries", 0)
-        + sum(v for k, v in result.prompt_role_failures.items() if "transient" in k)
-        == engine.faults
-    )
+    assert result.program_errors.get("retries", 0) == 0 and result.program_errors.get("transient", 0) == 0
+    assert not any("transient" in k for k in result.prompt_role_failures)
     assert result.final_instructions == fault_free.final_instructions
     assert [(c.predictor, c.accepted) for c in result.candidates] == [
         (c.predictor, c.accepted) for c in fault_free.candidates
     ]
     assert result.best_val_score == fault_free.best_val_score
-    assert result.program_errors.get("transient", 0) == 0  # every fault recovered on retry
+
+
+def test_an_lm_error_left_after_the_lms_own_retries_is_not_retried_again():
+    """Retries never multiply: with num_retries=1, each prompt is sent twice, whatever retry_attempts says."""
+    engine = FaultyEngine(World(), rate=1.0, kind="rate_limit", failures_per_prompt=100)
+    result = _compile_with(engine, retry_attempts=5, lm_retries=1)
+    assert result.program_errors["transient"] > 0 and result.program_errors.get("retries", 0) == 0
+    assert set(engine._sent.values()) == {2}  # stacked retries would send each prompt 2 x 5 = 10 times
 
 
 @pytest.mark.parametrize("rate", [0.1, 0.5])

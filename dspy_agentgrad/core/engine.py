@@ -43,7 +43,7 @@ from .events import (
 )
 from .rewriting import Rewriter
 from .speculation import Speculation
-from .state import CandidateRecord, Cluster, RoundRecord, RunState
+from .state import CandidateRecord, Cluster, RoundRecord, RunState, example_label
 
 logger = logging.getLogger("dspy.agentgrad")
 
@@ -296,6 +296,8 @@ class RoundEngine:
 
     def _record_validation(self, outcomes: list[Outcome]) -> None:
         self.state.set_best(outcomes)
+        self.state.initial_val_scores = list(self.state.best_val_scores)
+        self.state.val_labels = [example_label(e) for e in self.valset]
         self.state.initial_val_score = self.state.best_val_score
         self.state.val_history.append((len(self.valset), self.state.best_val_score))
         self.emit(
@@ -324,6 +326,7 @@ class RoundEngine:
         report = attribution.report
         failures = sum(o.score < self.config.max_score for o in attribution.outcomes)
         self.emit("on_attribution", AttributionDone(r, report, failures, self.budget.metric_calls))
+        self.state.blame += report.blame(r)
         fresh = self.abstraction.gradients(report, self.state.instructions, r)
         fresh_keys = {(g.predictor, example_key(g.record.example)) for g in fresh}
         carried = [  # a gradient waits while its predictor's instruction is the one it was written against

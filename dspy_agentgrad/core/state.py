@@ -19,6 +19,25 @@ if TYPE_CHECKING:
     from ..program.runs import Outcome
 
 
+LABEL_CHARS = 160  # an example's label in reports
+BLAME_TEXT_CHARS = 2000  # longest text kept per field of a blame record
+
+
+def example_label(example: dspy.Example) -> str:
+    """A short, readable label of an example: its inputs, ``name=value``, clipped."""
+    text = "; ".join(f"{k}={' '.join(str(v).split())}" for k, v in example.inputs().items())
+    return text if len(text) <= LABEL_CHARS else text[: LABEL_CHARS - 1] + "\u2026"
+
+
+def _clipped(values: dict[str, Any]) -> dict[str, Any]:
+    """JSON-ready values with long texts (retrieved passages, say) cut, so result.json stays readable."""
+    out = to_jsonable(values)
+    return {
+        k: v[:BLAME_TEXT_CHARS] + "\u2026" if isinstance(v, str) and len(v) > BLAME_TEXT_CHARS else v
+        for k, v in out.items()
+    }
+
+
 def exact_total(outcomes: list[Outcome]) -> Fraction:
     """The sum of the scores in exact arithmetic: no rounding, so no order or chunking changes a comparison."""
     return sum((Fraction(o.score) for o in outcomes), Fraction(0))
@@ -47,6 +66,19 @@ class AttributionRecord:
 
 
 @dataclass
+class BlameRecord:
+    """One training failure and where its round put it: on the predictor whose hinted re-run fixed it,
+    with that predictor's output before and with the hint, or on nobody (``predictor`` None: a hard case)."""
+
+    round: int
+    predictor: str | None
+    example: dict[str, Any]  # the example's inputs
+    original: dict[str, Any] = field(default_factory=dict)
+    corrected: dict[str, Any] = field(default_factory=dict)
+    feedback: str = ""
+
+
+@dataclass
 class AttributionReport:
     """Steps 1-2 of AgentGrad: which predictor is at fault for each failure."""
 
@@ -63,6 +95,22 @@ class AttributionReport:
     def counts(self) -> dict[str, int]:
         """Failures attributed to each predictor: what the round's log line and events show."""
         return {name: len(records) for name, records in self.attributed.items()}
+
+    def blame(self, round_index: int) -> list[BlameRecord]:
+        """Every failure of the round and where it went, for ``result.json`` and the report."""
+        records = [
+            BlameRecord(
+                round_index,
+                name,
+                _clipped(r.example.inputs().toDict()),
+                _clipped(r.original),
+                _clipped(r.corrected),
+                r.feedback,
+            )
+            for name, attributed in self.attributed.items()
+            for r in attributed
+        ]
+        return records + [BlameRecord(round_index, None, _clipped(e.inputs().toDict())) for e in self.hard_cases]
 
     def to_dict(self) -> dict:
         """A JSON-ready form, for ``AgentGrad.attribute`` users and reports."""
@@ -154,6 +202,9 @@ class RunState:
     round_index: int = 0
     best_val_score: float | None = None
     best_val_scores: list[float] = field(default_factory=list)  # per validation example, of the best program
+    initial_val_scores: list[float] = field(default_factory=list)  # per validation example, of the starting program
+    val_labels: list[str] = field(default_factory=list)  # each validation example's label (example_label)
+    blame: list[BlameRecord] = field(default_factory=list)  # every failure of every round and where it went
     best_val_total: Fraction = Fraction(0)  # exact, for acceptance decisions
     initial_val_score: float | None = None
     rounds: list[RoundRecord] = field(default_factory=list)

@@ -212,6 +212,10 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     # the embedded LM's grammar repairs replies cut at the token limit; the summary counts them
     logging.getLogger("dspy.clients.lm").setLevel(logging.ERROR)
+    # With DSPy's disk cache a second run would replay the first one's replies in seconds and generate
+    # nothing; the job keeps the cache in memory only, so repeated calls within this run still reuse it.
+    dspy.configure_cache(enable_disk_cache=False, enable_memory_cache=True)
+    print("DSPy's cache: in memory for this run only (nothing is replayed from an earlier run)")
     task_lm = (
         demo_task.demo_lm(limits=OutputLimits(str_chars=args.str_chars)) if args.lm == "local" else dspy.LM(args.lm)
     )

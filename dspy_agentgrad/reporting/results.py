@@ -6,7 +6,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..core.state import AttributionRecord, AttributionReport, CandidateRecord, RoundRecord, RunState
+from ..core.state import AttributionRecord, AttributionReport, BlameRecord, CandidateRecord, RoundRecord, RunState
 from ..runtime.jsonable import to_jsonable
 
 if TYPE_CHECKING:
@@ -16,13 +16,31 @@ __all__ = [  # the records live with the run's state; they are imported from her
     "AgentGradResult",
     "AttributionRecord",
     "AttributionReport",
+    "BlameRecord",
     "CandidateRecord",
     "RoundRecord",
+    "ValExample",
     "paid_totals",
     "why_unchanged",
 ]
 
 RESULT_FORMAT = 1
+
+
+@dataclass
+class ValExample:
+    """One validation example's score with the starting program and with the best program found."""
+
+    example: str  # its label: the inputs, clipped
+    initial: float | None
+    best: float | None
+
+    @property
+    def change(self) -> str:
+        """How the best program did on it: "up", "down", or "" (unchanged or unknown)."""
+        if self.initial is None or self.best is None or self.best == self.initial:
+            return ""
+        return "up" if self.best > self.initial else "down"
 
 
 def why_unchanged(rounds: list[dict], candidates: list[dict], stop_reason: str) -> str:
@@ -84,6 +102,8 @@ class AgentGradResult:
     candidates: list[CandidateRecord] = field(default_factory=list)
     rounds: list[RoundRecord] = field(default_factory=list)
     val_history: list[tuple[int, float]] = field(default_factory=list)
+    val_examples: list[ValExample] = field(default_factory=list)  # per validation example: starting vs best
+    blame: list[BlameRecord] = field(default_factory=list)  # every training failure and where it went
     metric_calls: int = 0
     max_metric_calls: int | None = None
     reused_runs: int = 0  # program runs whose output equalled an earlier run's: its score taken, no metric call
@@ -138,6 +158,11 @@ class AgentGradResult:
             candidates=list(state.candidates),
             rounds=list(state.rounds),
             val_history=list(state.val_history),
+            val_examples=[
+                ValExample(label, initial, best)
+                for label, initial, best in zip(state.val_labels, state.initial_val_scores, state.best_val_scores)
+            ],
+            blame=list(state.blame),
             metric_calls=budget.metric_calls,
             max_metric_calls=budget.max_metric_calls,
             reused_runs=reused_runs,
@@ -170,6 +195,8 @@ class AgentGradResult:
         values["candidates"] = [CandidateRecord(**c) for c in data.get("candidates", [])]
         values["rounds"] = [RoundRecord(**r) for r in data.get("rounds", [])]
         values["val_history"] = [(int(calls), float(score)) for calls, score in data.get("val_history", [])]
+        values["val_examples"] = [ValExample(**v) for v in data.get("val_examples", [])]
+        values["blame"] = [BlameRecord(**b) for b in data.get("blame", [])]
         return cls(**values)
 
     @property

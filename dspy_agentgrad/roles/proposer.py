@@ -22,7 +22,7 @@ from ..runtime.jsonable import digest, to_jsonable
 from ..runtime.paid_work import PaidWork
 from ..runtime.parallel import current_batch
 from ..runtime.redaction import Redactor
-from ..runtime.retries import FirstRunsFailed, RetryPolicy, error_kind, is_transient, setup_fix
+from ..runtime.retries import FirstRunsFailed, RetryPolicy, error_kind, is_transient, retried_by_the_lm, setup_fix
 from ..runtime.store import Memo
 from ..runtime.usage import UsageLedger, empty_usage, track
 from .instruction_proposer import InstructionProposer, RewriteRequest, checked_instruction
@@ -166,7 +166,7 @@ class Proposer:
                     f"{Redactor.for_lms([self.prompt_model])(str(error)).strip()}\nTo fix: {fix}"
                 ) from None
             errors.append(error_kind(error))
-            if not is_transient(error):
+            if retried_by_the_lm(error) or not is_transient(error):  # dspy.LM retried it already, or not worth it
                 break
             if attempt < self.retry.attempts:
                 self.retry.wait(attempt, error)

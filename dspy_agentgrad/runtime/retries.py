@@ -1,12 +1,20 @@
 """Retries with backoff, and the classification of errors they rest on.
 
-Shared by program runs and the optimizer's LM roles: transient errors (rate
-limits, timeouts, connection and server failures) are retried; parse failures
-and other errors are not, and each error is counted by its kind. A server's
-``Retry-After`` is honoured, within a bound. Errors that mean an LM cannot be
-used as configured (a rejected key, an unknown model) are named with what to
-check (:func:`setup_fix`), so a run that meets them on its first calls stops
-with :class:`FirstRunsFailed` instead of scoring every run as a failure.
+One retry layer per error, so that retries never multiply:
+
+* an error a ``dspy.LM`` raised (rate limit, timeout, server or transport failure) has already
+  been retried by DSPy itself, ``num_retries`` times (3 by default, honouring ``Retry-After``);
+  AgentGrad counts it and does not retry it again;
+* any other transient error (a retriever, a tool or an LLM-judge metric's own HTTP client timing
+  out, refusing the connection or asking to slow down) is retried here, for program runs, metric
+  calls and the optimizer's LM roles alike: ``retry_attempts`` tries with exponential backoff,
+  honouring a server's ``Retry-After`` within a bound.
+
+Parse failures and other errors are not retried; each error is counted by its kind.
+
+Errors that mean an LM cannot be used as configured (a rejected key, an unknown model) are named
+with what to check (:func:`setup_fix`), so a run that meets them on its first calls stops with
+:class:`FirstRunsFailed` instead of scoring every run as a failure.
 """
 
 from __future__ import annotations
@@ -39,6 +47,24 @@ def is_transient(error: BaseException | None) -> bool:
             return True
         error = error.__cause__ or error.__context__
     return False
+
+
+def retried_by_the_lm(error: BaseException | None) -> bool:
+    """An error that a ``dspy.LM`` raised after its own retries (DSPy's retryable LM errors), or one caused by it."""
+    from dspy.utils.exceptions import is_retryable_lm_error
+
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, Exception) and is_retryable_lm_error(error):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
+def retry_here(error: BaseException | None) -> bool:
+    """Whether AgentGrad retries ``error``: transient, and not already retried by the LM that raised it."""
+    return is_transient(error) and not retried_by_the_lm(error)
 
 
 def error_kind(error: BaseException) -> str:

@@ -115,10 +115,11 @@ class RuleEngine:
         pass
 
 
-def fake_lm(rule: Rule | RuleEngine, name: str = "fake/rules") -> dspy.LM:
-    """A ``dspy.LM`` answering with ``rule`` (or a ready engine), with DSPy's cache and retries off."""
+def fake_lm(rule: Rule | RuleEngine, name: str = "fake/rules", num_retries: int = 0) -> dspy.LM:
+    """A ``dspy.LM`` answering with ``rule`` (or a ready engine), with DSPy's cache off and, unless
+    ``num_retries`` says otherwise, its retries off."""
     engine = rule if isinstance(rule, RuleEngine) else RuleEngine(rule)
-    return dspy.LM(name, engine=engine, cache=False, num_retries=0)
+    return dspy.LM(name, engine=engine, cache=False, num_retries=num_retries)
 
 
 class FaultyEngine(RuleEngine):
@@ -150,8 +151,9 @@ class FaultyEngine(RuleEngine):
             self.faults += faulty
         if not faulty:
             return super().complete(request)
+        # retry_after=0: a DSPy LM that retries (num_retries) does so at once
         if self.kind == "rate_limit":
-            raise RateLimitError("injected rate limit")
+            raise RateLimitError("injected rate limit", retry_after=0.0)
         if self.kind == "timeout":
-            raise LMTimeout("injected timeout")
+            raise LMTimeout("injected timeout", retry_after=0.0)
         return _response("this reply has no fields at all", 0, 7)
