@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from .identity import check_resume_despite
+from .program.hints import PLACEBOS
 from .program.tracing import HINT_DELIVERIES
 
 #: Candidates per preset, as dspy.GEPA's ``AUTO_RUN_SETTINGS``: equal ``auto`` means equal budgets.
@@ -48,13 +49,14 @@ def worst_case_calls(
     rounds: int, n_predictors: int, n_train: int, n_val: int, train_batch_size: int, schedule_length: int = 1
 ) -> int:
     """The most metric calls ``rounds`` rounds can take, after one initial validation pass. Per round: the
-    batch; one hinted run per failure and predictor; 2(N - 1) cumulative and pruning runs per failure; and
-    per gradient (at most one per failure and predictor, kept waiting for up to ``schedule_length`` rounds)
-    a candidate whose checks run its cluster before and after and one validation pass."""
+    batch; one hinted run per failure and predictor; 2(N - 1) cumulative and pruning runs per failure and, with
+    two predictors or more, a placebo run per placebo wording and predictor but one; and per gradient (at most one per
+    failure and predictor, kept waiting for up to ``schedule_length`` rounds) a candidate whose checks run its
+    cluster before and after and one validation pass."""
     b = min(train_batch_size, n_train)
     n = n_predictors
     gradients = schedule_length * b * n
-    return n_val + rounds * (b * (1 + n + 2 * max(n - 1, 0)) + gradients * (2 + n_val))
+    return n_val + rounds * (b * (1 + n + (2 + len(PLACEBOS)) * max(n - 1, 0)) + gradients * (2 + n_val))
 
 
 def _is_int(value: object) -> bool:

@@ -16,7 +16,7 @@ import dspy
 
 from ..config import AgentGradConfig
 from ..program.evaluation import Evaluator, Intervention
-from ..program.hints import Hint, as_hint, leaks_label
+from ..program.hints import PLACEBOS, Hint, as_hint, leaks_label
 from ..program.runs import Outcome
 from ..runtime.budget import BudgetExhausted
 from .state import AttributionRecord, AttributionReport
@@ -78,6 +78,7 @@ class Attributor:
         self._instructions: dict[str, str] = {}  # the program of the current call, which hinted runs run
         self._speculating = False  # the current call's hinted runs are started ahead (see ``attribute``)
         self._cumulative_leaks = 0  # hint sets of the current call's cumulative pass whose fix leaked a label
+        self._placebo_withheld = 0  # hints of the current call's cumulative fixes that a placebo replaced as well
 
     def attribute(
         self, instructions: dict[str, str], examples: list[dspy.Example], round_index: int, phase: str = "evaluate"
@@ -100,6 +101,7 @@ class Attributor:
         ``round_index`` picks the predictor that takes every failure when ``target_identification`` is off.
         """
         self._instructions, self._speculating, self._cumulative_leaks = instructions, False, 0
+        self._placebo_withheld = 0
         outcomes = self.evaluator.evaluate(instructions, examples, phase)
         order = execution_order(outcomes)
         passed = [i for i, o in enumerate(outcomes) if o.score >= self.max_score]
@@ -148,6 +150,7 @@ class Attributor:
             explained_single=single,
             explained_cumulative=cumulative,
             replay_misses=sum(o.replay_misses for o in outcomes),
+            placebo_withheld=self._placebo_withheld,
         )
         return Attribution(report, outcomes, self._speculating)
 
@@ -155,24 +158,32 @@ class Attributor:
         self,
         examples: list[dspy.Example],
         outcomes: list[Outcome],
-        items: list[tuple[int, tuple[str, ...]]],
+        items: list[tuple[int, tuple[str, ...]]] | list[tuple[int, tuple[str, ...], set[str]]],
         phase: str = "intervene",
         ahead: bool = False,
+        variant: int = 0,
+        references: dict[int, tuple[Outcome, frozenset[str]]] | None = None,
     ) -> list[tuple[int, dict[str, Hint], Outcome]]:
         """Run each failure ``index`` with hints on ``targets``; skips predictors that did not run or got no hint.
 
         The calls replayed are those of predictors first called before the earliest target in that run.
         ``ahead``: only run the programs, unscored, for a later call to score (speculation); returns nothing.
+        An item may name a third part: the targets that get the placebo ``PLACEBOS[variant]`` instead of their hint.
+        ``references``: for a failure, the run to reuse calls and score from instead of the failure's own, and
+        the predictors hinted there (their calls, like the targets', are made anew).
         """
+        references = references or {}
         jobs: list[tuple[int, dict[str, Hint], Intervention]] = []
-        for index, targets in items:
+        for index, targets, *placebo in items:
             outcome = outcomes[index]
             run_order = outcome.order()
             if any(t not in run_order for t in targets):
                 continue  # a target did not run for this example
             prediction = dspy.Prediction(**outcome.outputs)
             hints = {
-                t: as_hint(examples[index], self.hint_fn(examples[index], t, prediction, outcome.feedback))
+                t: PLACEBOS[variant]
+                if placebo and t in placebo[0]
+                else as_hint(examples[index], self.hint_fn(examples[index], t, prediction, outcome.feedback))
                 for t in targets
             }
             if any(h is None for h in hints.values()):
@@ -180,7 +191,8 @@ class Attributor:
             earliest = min(run_order.index(t) for t in targets)
             replay = [step for step in outcome.steps if step.name in run_order[:earliest]]
             texts = {t: h.text for t, h in hints.items()}
-            jobs.append((index, hints, Intervention(examples[index], texts, replay, outcome)))
+            reference, differs = references.get(index, (outcome, frozenset()))
+            jobs.append((index, hints, Intervention(examples[index], texts, replay, reference, differs)))
         if not jobs:
             return []
         if ahead:
@@ -259,7 +271,9 @@ class Attributor:
                 if self._clean_fix(outcomes[index], result, hints):
                     fixed[index] = (list(hints), result)
                     del chains[index]
-            for index, (kept, witnesses, run) in self._prune(examples, outcomes, fixed).items():
+            pruned = self._prune(examples, outcomes, fixed)
+            self._placebo(examples, outcomes, fixed, pruned)
+            for index, (kept, witnesses, run) in pruned.items():
                 records = {
                     name: self._fix_record(examples[index], outcomes[index], run, name, witnesses.get(name))
                     for name in kept
@@ -298,6 +312,40 @@ class Attributor:
                 else:
                     witnesses[dropped] = result
         return state
+
+    def _placebo(self, examples, outcomes, fixed: dict, pruned: dict) -> None:
+        """The causal control of a kept hint: dropping it also reverts its predictor's prompt, so under an LM
+        that rewords its output whenever its prompt changes, a fix may come from that wording alone (and the
+        earliest hint, added last, is never dropped at all). Each kept hint but the latest (a wording can only
+        have mattered through a later hinted predictor that reads it), earliest first, is replaced by a placebo
+        (the same kind of prompt change, no information), under each placebo wording in turn; when one still
+        fixes the failure cleanly, the hint's information was not what mattered: its predictor gets no
+        pseudo-label, keeps the placebo, and the others' labels are taken from the placebo run. Compares
+        outcomes, never texts. A placebo run reuses the run without that hint (its witness), so under reuse a
+        placebo that leaves its predictor's output as it was costs no metric call (an LM that does not reword
+        pays nothing for the control)."""
+        placed: dict[int, set[str]] = {i: set() for i in pruned}
+        for position in range(max((len(kept) for kept, _, _ in pruned.values()), default=0)):
+            testing = {}
+            for index, (kept, _, _) in pruned.items():
+                untested = [n for n in reversed(fixed[index][0]) if n in kept[1:]][position - len(placed[index]) :]
+                if untested:
+                    testing[index] = untested[0]
+            for variant in range(len(PLACEBOS)):
+                items = [
+                    (i, tuple(n for n in fixed[i][0] if n in pruned[i][0] or n in placed[i]), placed[i] | {name})
+                    for i, name in testing.items()
+                ]
+                refs = {i: (pruned[i][1][name], frozenset(fixed[i][0])) for i, name in testing.items()}
+                for index, hints, result in self._hinted(
+                    examples, outcomes, items, "cumulative", variant=variant, references=refs
+                ):
+                    if self._clean_fix(outcomes[index], result, hints):
+                        kept, witnesses, _ = pruned[index]
+                        kept.remove(testing[index])
+                        placed[index].add(testing.pop(index))
+                        self._placebo_withheld += 1
+                        pruned[index] = (kept, witnesses, result)
 
     def _assign_round_robin(self, examples, outcomes, unresolved, order, attributed, round_index: int) -> None:
         """Ablation without target identification: this round's predictor takes every failure."""

@@ -352,6 +352,7 @@ class RoundEngine:
             len(self.state.waiting),
             explained_single=report.explained_single,
             explained_cumulative=report.explained_cumulative,
+            placebo_withheld=report.placebo_withheld,
         )
         self.state.rounds.append(record)
         self.speculation.prefetch_rewrites(ready)

@@ -90,6 +90,7 @@ class AttributionReport:
     explained_single: int = 0
     explained_cumulative: int = 0
     replay_misses: int = 0
+    placebo_withheld: int = 0  # hints of cumulative fixes that a placebo replaced as well: no pseudo-label
 
     def counts(self) -> dict[str, int]:
         """Failures attributed to each predictor: what the round's log line and events show."""
@@ -122,6 +123,7 @@ class AttributionReport:
             "explained_single": self.explained_single,
             "explained_cumulative": self.explained_cumulative,
             "replay_misses": self.replay_misses,
+            "withheld_by_placebo": self.placebo_withheld,
         }
 
 
@@ -165,6 +167,7 @@ class RoundRecord:
     metric_calls: int = 0
     explained_single: int = 0
     explained_cumulative: int = 0
+    placebo_withheld: int = 0
 
 
 @dataclass

@@ -48,12 +48,15 @@ AHEAD_KEY_PREFIX = "ahead:"
 class Intervention:
     """Re-run ``example`` with ``hints`` (predictor name -> hint) given to every call of those
     predictors; the calls in ``replay`` (of predictors that ran before them) are replayed.
-    ``original`` is the run intervened on (same instructions, no hints)."""
+    ``original`` is the run whose calls and score are reused (same instructions; by default the run
+    intervened on, with no hints); ``differs`` names the predictors besides the hinted ones whose calls
+    may differ from it (those hinted there)."""
 
     example: dspy.Example
     hints: dict[str, str]
     replay: list[Step]
     original: Outcome | None = None
+    differs: frozenset[str] = frozenset()
 
 
 def _changed(instructions: dict[str, str], other: dict[str, str]) -> frozenset[str]:
@@ -266,7 +269,7 @@ class Evaluator:
     def _intervention_reference(self, item: Intervention) -> Reference | None:
         """A hinted run reuses the run it intervenes on, when that run did not fail."""
         if self.reuse and item.original is not None and item.original.error is None:
-            return Reference(item.original, frozenset(item.hints))
+            return Reference(item.original, frozenset(item.hints) | item.differs)
         return None
 
     def _reference(self, instructions: dict[str, str], example: dspy.Example) -> Reference | None:

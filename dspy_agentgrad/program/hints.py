@@ -42,6 +42,15 @@ class Hint:
     reveals: tuple[Any, ...] = ()
 
 
+#: The causal controls of the cumulative pass: delivered like a hint, so the predictor's prompt changes as
+#: under a real one, but they tell the predictor nothing (no label, no feedback). Differently worded, so
+#: a fix that a lucky wording gave is unlikely to fail under all of them.
+PLACEBOS = (
+    Hint("No hint for this example: produce your outputs as you normally would."),
+    Hint("Nothing to add for this example; answer from your inputs alone."),
+)
+
+
 def _label_values(example: dspy.Example, prediction: Any, label_fields: Iterable[str] | None) -> dict[str, Any]:
     """The labels a correct run must reproduce: ``label_fields`` when named, else the example's labels
     that the program outputs under the same name, else all of its labels."""

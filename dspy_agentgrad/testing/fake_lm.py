@@ -22,6 +22,7 @@ from dspy.lm15 import Message, RateLimitError, Response, TextPart, Usage
 from dspy.lm15 import TimeoutError as LMTimeout
 
 from ..program import prompt_text
+from ..program.hints import PLACEBOS
 from ..program.tracing import HINT_FIELD, HINT_HEADER
 
 
@@ -37,12 +38,16 @@ class FakeCall:
 
     @property
     def hint(self) -> str | None:
-        """The intervention hint this call carries, however it was delivered (input field or instruction)."""
+        """The intervention hint this call carries, however it was delivered (input field or instruction).
+
+        A placebo (:data:`hints.PLACEBOS`) tells nothing, so a rule sees no hint; its text stays in the prompt."""
         if HINT_FIELD in self.inputs:
-            return self.inputs[HINT_FIELD]
-        if HINT_HEADER in self.instructions:
-            return self.instructions.split(HINT_HEADER, 1)[1].strip()
-        return None
+            text = self.inputs[HINT_FIELD]
+        elif HINT_HEADER in self.instructions:
+            text = self.instructions.split(HINT_HEADER, 1)[1].strip()
+        else:
+            return None
+        return None if any(text == p.text for p in PLACEBOS) else text
 
 
 Rule = Callable[[FakeCall], "dict[str, Any] | str"]
