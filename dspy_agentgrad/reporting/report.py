@@ -38,8 +38,9 @@ def candidate_positions(result: AgentGradResult) -> list[tuple[int, float, bool]
     A result written before candidates recorded ``validated_at``: candidates are a round's last steps,
     so each one ends at its round's total minus what the round's later candidates spent.
     """
-    if any(c.validated_at is not None for c in result.candidates):
-        return sorted({(c.validated_at, c.val_score, c.accepted) for c in result.candidates if c.validated_at is not None})
+    passes = {(c.validated_at, c.val_score, c.accepted) for c in result.candidates if c.validated_at is not None}
+    if passes:
+        return sorted(passes)
     out = []
     for record in result.rounds:
         members = [c for c in result.candidates if c.round == record.round]
