@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
+from .demonstrations import CANDIDATE_KINDS
 from .identity import check_resume_despite
 from .tracing import HINT_DELIVERIES
 
@@ -72,6 +73,8 @@ class AgentGradConfig:
     max_instruction_chars: int = 4000
     reuse_calls: bool = True
     speculate: bool = True
+    candidates: str = "instructions"
+    max_demos: int = 3
 
     def validate(self) -> None:
         if self.auto is not None and self.auto not in AUTO_CANDIDATES:
@@ -127,6 +130,13 @@ class AgentGradConfig:
             raise ValueError(f"val_acceptance must be one of {VAL_ACCEPTANCE}; got {self.val_acceptance!r}")
         if not isinstance(self.max_instruction_chars, int) or self.max_instruction_chars < 50:
             raise ValueError(f"max_instruction_chars must be an integer >= 50; got {self.max_instruction_chars!r}")
+        if self.candidates not in CANDIDATE_KINDS:
+            raise ValueError(
+                f"candidates must be one of {CANDIDATE_KINDS} (instruction rewrites as in the paper, demonstrations "
+                f"from pseudo-labels, or both); got {self.candidates!r}"
+            )
+        if not isinstance(self.max_demos, int) or isinstance(self.max_demos, bool) or self.max_demos < 1:
+            raise ValueError(f"max_demos must be a positive integer; got {self.max_demos!r}")
         if self.retry_backoff_s < 0:
             raise ValueError("retry_backoff_s must be >= 0")
 
@@ -135,6 +145,9 @@ class AgentGradConfig:
         data = asdict(self)
         for key in ("num_threads", "track_stats", "retry_backoff_s", "resume_despite", "use_mlflow"):
             data.pop(key)
+        if self.candidates == "instructions":  # as before demonstrations existed: older runs still resume
+            data.pop("candidates")
+            data.pop("max_demos")
         data["cluster_schedule"] = list(self.cluster_schedule)
         if self.optimize_predictors is not None:
             data["optimize_predictors"] = list(self.optimize_predictors)

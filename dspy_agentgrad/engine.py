@@ -35,10 +35,12 @@ from .callbacks import (
 )
 from .clustering import GradientGroup, embedding_groups, min_cluster_size, random_minibatches, tfidf_groups
 from .config import AgentGradConfig
+from .demonstrations import added_demos, demo_of
 from .evaluation import Evaluator, cannot_clear, exact_total
 from .instruction_proposer import RewriteRequest
 from .jsonable import example_key
 from .parallel import in_background, parallel_map, shared_threads
+from .program_state import ProgramState
 from .proposer import Proposer, StepRole
 from .results import AttributionRecord, AttributionReport, CandidateRecord, RoundRecord
 from .tracing import Outcome
@@ -105,7 +107,7 @@ class RoundEngine:
         self.evaluator = evaluator
         self.proposer = proposer
         self.signatures = signatures
-        self.instructions = dict(instructions)
+        self.instructions = ProgramState.of(instructions)  # the current program: instructions and added demos
         self.trainset = trainset
         self.valset = valset
         self.emit = emit or Dispatcher()
@@ -135,8 +137,17 @@ class RoundEngine:
 
     # ---- step 3 ------------------------------------------------------------------------------
     def gradients(self, report: AttributionReport) -> list[Gradient]:
+        """One gradient per attributed failure of a predictor that may change. With ``candidates="demos"`` no
+        rewrite needs one: the text is the pseudo-label itself (no LM call), which clustering groups, and
+        leaking pseudo-labels are left out (they can make no demonstration)."""
         frozen = self.config.frozen(report.order)  # blamed and reported, never rewritten: no gradient to pay for
         items = [(name, rec) for name in report.order if name not in frozen for rec in report.attributed.get(name, [])]
+        if self.config.candidates == "demos":
+            return [
+                Gradient(name, rec, f"{name} should write {self.proposer.fields(rec.corrected)}", self.round_index)
+                for name, rec in items
+                if demo_of(rec) is not None
+            ]
         steps = "\n".join(f"{i + 1}. {name}: {self.signatures.get(name, '')}" for i, name in enumerate(report.order))
 
         def extract(item: tuple[str, AttributionRecord]) -> str | None:
@@ -210,7 +221,7 @@ class RoundEngine:
         return out
 
     # ---- step 5 ------------------------------------------------------------------------------
-    def rewrite_request(self, cluster: Cluster, program: dict[str, str] | None = None) -> RewriteRequest:
+    def rewrite_request(self, cluster: Cluster, program: ProgramState | None = None) -> RewriteRequest:
         """What the rewrite role sees for ``cluster``: feedback, a few cases, this step's rejected rewrites.
         ``program``: the instructions to rewrite from (the current ones by default)."""
         name = cluster.predictor
@@ -263,8 +274,8 @@ class RoundEngine:
         back when they end); one candidate alone is not stacked.
         """
         self.finish_validation()
-        stack: list[tuple[dict[str, str], Cluster]] = []
-        program = dict(self.instructions)
+        stack: list[tuple[ProgramState, Cluster]] = []
+        program = self.instructions
         for cluster in ready:
             if self._check_cost(program, cluster) > self.evaluator.budget.remaining():
                 break  # update() would not pay for this rewrite either
@@ -276,7 +287,7 @@ class RoundEngine:
                 or len(proposal) > self.config.max_instruction_chars
             ):
                 continue
-            program = {**program, cluster.predictor: proposal}
+            program = program.with_instruction(cluster.predictor, proposal)
             stack.append((program, cluster))
         if len(stack) < 2:
             return  # one candidate: nothing to overlap
@@ -288,16 +299,16 @@ class RoundEngine:
                 return
         logger.info("round %d: no stack of candidate checks fits the budget left", self.round_index)
 
-    def _check_cost(self, program: dict[str, str], cluster: Cluster) -> int:
+    def _check_cost(self, program: ProgramState, cluster: Cluster) -> int:
         """The most metric calls judging a candidate for ``cluster`` on ``program`` can take: the cluster's
         runs under ``program`` not paid yet, its runs under the candidate, and one validation pass."""
         examples = [g.record.example for g in cluster.members]
         return self.evaluator.cost(program, examples) + len(examples) + len(self.valset)
 
-    def _stacked_checks(self, stack: list[tuple[dict[str, str], Cluster]]) -> list[tuple[dspy.Example, list]]:
+    def _stacked_checks(self, stack: list[tuple[ProgramState, Cluster]]) -> list[tuple[dspy.Example, list]]:
         """Each validation example under every program of the stack; each cluster's examples under the
         programs up to its own candidate (its "before" and "after")."""
-        before = [dict(self.instructions)] + [program for program, _ in stack[:-1]]
+        before = [self.instructions] + [program for program, _ in stack[:-1]]
         chains = [(ex, [program for program, _ in stack]) for ex in self.valset]
         for level, (_, cluster) in enumerate(stack):
             chains += [(g.record.example, before[: level + 1] + [stack[level][0]]) for g in cluster.members]
@@ -315,10 +326,7 @@ class RoundEngine:
         name = cluster.predictor
         current = self.instructions[name]
         record = CandidateRecord(self.round_index, name, len(cluster.members), minimum, cluster.text, current, None)
-        examples = [g.record.example for g in cluster.members]
-        needed = self._check_cost(self.instructions, cluster)
-        if needed > self.evaluator.budget.remaining():  # checked before paying for the rewrite
-            raise BudgetExhausted(f"the next candidate check needs up to {needed} metric calls")
+        self._check_budget(cluster)  # before paying for the rewrite
         proposal = self.proposer.rewrite(self.rewrite_request(cluster))
         if proposal is None or proposal.strip() == current.strip():
             record.reason = "rewrite failed" if proposal is None else "rewrite unchanged"
@@ -331,16 +339,47 @@ class RoundEngine:
             "on_candidate_proposed",
             CandidateProposed(self.round_index, name, len(cluster.members), cluster.text, proposal),
         )
-        candidate = {**self.instructions, name: proposal}
+        self._try(record, self.instructions.with_instruction(name, proposal), cluster)
+        return record
+
+    def update_demos(self, cluster: Cluster, minimum: int) -> CandidateRecord:
+        """Demonstrations from the cluster's pseudo-labels (no LM call), judged like a rewrite."""
+        self.finish_validation()
+        name = cluster.predictor
+        current = self.instructions[name]
+        record = CandidateRecord(
+            self.round_index, name, len(cluster.members), minimum, cluster.text, current, None, kind="demos"
+        )
+        demos = added_demos(
+            self.instructions.demos_of(name), [g.record for g in cluster.members], self.config.max_demos
+        )
+        if demos is None:
+            record.reason = "no new demonstration (each pseudo-label leaks or is shown already)"
+            return record
+        self._check_budget(cluster)
+        record.demos = demos
+        shown = f"{len(demos)} demonstration(s): " + "; ".join(self.proposer.fields(d) for d in demos)
+        self.emit(
+            "on_candidate_proposed", CandidateProposed(self.round_index, name, len(cluster.members), cluster.text, shown)
+        )
+        self._try(record, self.instructions.with_demos(name, demos), cluster)
+        return record
+
+    def _check_budget(self, cluster: Cluster) -> None:
+        needed = self._check_cost(self.instructions, cluster)
+        if needed > self.evaluator.budget.remaining():
+            raise BudgetExhausted(f"the next candidate check needs up to {needed} metric calls")
+
+    def _try(self, record: CandidateRecord, candidate: ProgramState, cluster: Cluster) -> None:
+        """Two-stage acceptance of ``candidate``; the current program becomes it when it wins."""
         start = self.evaluator.budget.metric_calls
-        self._judge(record, candidate, examples)
+        self._judge(record, candidate, [g.record.example for g in cluster.members])
         record.metric_calls = self.evaluator.budget.metric_calls - start
         if record.accepted:
             self.instructions = candidate
             self.val_history.append((self.evaluator.budget.metric_calls, self.best_val_score))
-        return record
 
-    def _judge(self, record: CandidateRecord, candidate: dict[str, str], examples: list[dspy.Example]) -> None:
+    def _judge(self, record: CandidateRecord, candidate: ProgramState, examples: list[dspy.Example]) -> None:
         chunk, top = self.config.eval_chunk_size, self.max_score
         if len(examples) <= chunk:  # one batch for both sides of the cluster check
             before_out, after_out = self.evaluator.evaluate_many(
@@ -392,6 +431,26 @@ class RoundEngine:
             else "gain on cluster, equal on validation",
         )
         self._set_best(self.evaluator.evaluate(candidate, self.valset, "validate"))  # all cached: free
+
+    def _record(self, round_record: RoundRecord, candidate: CandidateRecord) -> None:
+        self.candidates.append(candidate)
+        round_record.candidates += 1
+        round_record.accepted += candidate.accepted
+        logger.info(
+            "round %d: %s %s update for %s (cluster of %d): %s; cluster %s -> %s, val %s (best %.4f)",
+            candidate.round,
+            "ACCEPTED" if candidate.accepted else "rejected",
+            candidate.kind,
+            candidate.predictor,
+            candidate.cluster_size,
+            candidate.reason,
+            candidate.cluster_score_before,
+            candidate.cluster_score_after,
+            candidate.val_score,
+            self.best_val_score,
+        )
+        judged = CandidateJudged(candidate, self.best_val_score, self.evaluator.budget.metric_calls)
+        self.emit("on_candidate_accepted" if candidate.accepted else "on_candidate_rejected", judged)
 
     def _set_best(self, outcomes: list[Outcome]) -> None:
         self.best_val_scores = [o.score for o in outcomes]
@@ -449,7 +508,7 @@ class RoundEngine:
         return self.stop_reason
 
     def _start_validation(self, background: ThreadPoolExecutor) -> None:
-        instructions = dict(self.instructions)
+        instructions = self.instructions
 
         def validate() -> list[Outcome]:
             with in_background():
@@ -540,28 +599,15 @@ class RoundEngine:
             minimum,
             len(self.waiting),
         )
-        self.prefetch_rewrites(ready)
-        if self.attributor.speculating:
+        kinds = self.config.candidates
+        if kinds != "demos":
+            self.prefetch_rewrites(ready)
+        if self.attributor.speculating and kinds == "instructions":  # the stack holds rewrites only
             self.prefetch_judging(ready)
+        proposals = {"instructions": [self.update], "demos": [self.update_demos], "both": [self.update_demos, self.update]}
         for cluster in ready:
-            candidate = self.update(cluster, minimum)
-            self.candidates.append(candidate)
-            record.candidates += 1
-            record.accepted += candidate.accepted
-            logger.info(
-                "round %d: %s update for %s (cluster of %d): %s; cluster %s -> %s, val %s (best %.4f)",
-                r,
-                "ACCEPTED" if candidate.accepted else "rejected",
-                cluster.predictor,
-                len(cluster.members),
-                candidate.reason,
-                candidate.cluster_score_before,
-                candidate.cluster_score_after,
-                candidate.val_score,
-                self.best_val_score,
-            )
-            judged = CandidateJudged(candidate, self.best_val_score, self.evaluator.budget.metric_calls)
-            self.emit("on_candidate_accepted" if candidate.accepted else "on_candidate_rejected", judged)
+            for propose in proposals[kinds]:  # with both, the rewrite builds on the demonstrations if they were kept
+                self._record(record, propose(cluster, minimum))
         record.best_val_score = self.best_val_score
         record.metric_calls = self.evaluator.budget.metric_calls
         self.round_index += 1

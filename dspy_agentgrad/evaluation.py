@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -28,6 +28,7 @@ from .budget import Budget
 from .jsonable import digest, example_key
 from .paid_work import PaidWork
 from .parallel import parallel_map
+from .program_state import ProgramState
 from .store import Memo
 from .tracing import Outcome, ProgramRunner, Reference, Step, check_first_runs
 from .usage import UsageLedger
@@ -70,9 +71,9 @@ def cannot_clear(best_possible: Fraction, bar: Fraction, strict: bool) -> bool:
     return best_possible <= bar if strict else best_possible < bar
 
 
-def _changed(instructions: dict[str, str], other: dict[str, str]) -> frozenset[str]:
-    """The predictors whose instruction differs between two programs."""
-    return frozenset(n for n in set(instructions) | set(other) if instructions.get(n) != other.get(n))
+def _changed(instructions: Mapping[str, str], other: Mapping[str, str]) -> frozenset[str]:
+    """The predictors whose instruction or added demonstrations differ between two programs."""
+    return ProgramState.of(instructions).changed(other)
 
 
 def _chain_keys(chains: list[tuple[dspy.Example, list[dict[str, str]]]]) -> tuple[dict[int, str], list[str]]:
@@ -81,8 +82,9 @@ def _chain_keys(chains: list[tuple[dspy.Example, list[dict[str, str]]]]) -> tupl
     return digests, [eval_key(digests[id(state)], ex) for ex, states in chains for state in states]
 
 
-def state_key(instructions: dict[str, str]) -> str:
-    return digest(instructions)
+def state_key(instructions: Mapping[str, str]) -> str:
+    """The program's key (:meth:`ProgramState.key`): a plain mapping of instructions keys as it always did."""
+    return ProgramState.of(instructions).key()
 
 
 def eval_key(state: str, example: dspy.Example) -> str:

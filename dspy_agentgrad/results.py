@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import dspy
 
 from .jsonable import to_jsonable
+from .program_state import ProgramState
 
 if TYPE_CHECKING:
     from .engine import RoundEngine
@@ -26,6 +27,7 @@ class AttributionRecord:
     corrected: dict[str, Any]
     feedback: str = ""
     program_outputs: dict[str, Any] = field(default_factory=dict)
+    leaked: bool = False  # the fix copied a value its hint revealed and the inputs lack: never a demonstration
 
     def to_dict(self) -> dict:
         return {
@@ -34,6 +36,7 @@ class AttributionRecord:
             "original": self.original,
             "corrected": self.corrected,
             "feedback": self.feedback,
+            "leaked": self.leaked,
         }
 
 
@@ -81,6 +84,8 @@ class CandidateRecord:
     accepted: bool = False
     reason: str = ""
     metric_calls: int = 0
+    kind: str = "instructions"  # "instructions": a rewrite; "demos": demonstrations from pseudo-labels
+    demos: list[dict] | None = None  # the predictor's added demonstrations under this candidate
 
 
 @dataclass
@@ -123,7 +128,7 @@ def why_unchanged(rounds: list[dict], candidates: list[dict], stop_reason: str) 
         return "gradients were written, but no cluster reached the minimum cluster size before the run stopped."
     reasons = Counter(c["reason"] for c in candidates)
     listed = ", ".join(f"{n} {reason}" for reason, n in reasons.items())
-    return f"{len(candidates)} rewrite(s) were judged and none won both stages ({listed})."
+    return f"{len(candidates)} candidate(s) were judged and none won both stages ({listed})."
 
 
 def paid_totals(segments: list[dict]) -> dict:
@@ -159,6 +164,7 @@ class AgentGradResult:
     initial_val_score: float
     final_instructions: dict[str, str]
     initial_instructions: dict[str, str]
+    final_demos: dict[str, list[dict]] = field(default_factory=dict)  # demonstrations added per predictor
     candidates: list[CandidateRecord] = field(default_factory=list)
     rounds: list[RoundRecord] = field(default_factory=list)
     val_history: list[tuple[int, float]] = field(default_factory=list)
@@ -202,7 +208,8 @@ class AgentGradResult:
         return cls(
             best_val_score=score(engine.best_val_score),
             initial_val_score=score(engine.initial_val_score),
-            final_instructions=dict(engine.instructions),
+            final_instructions=engine.instructions.instructions,
+            final_demos=engine.instructions.demos,
             initial_instructions=dict(initial_instructions),
             candidates=list(engine.candidates),
             rounds=list(engine.rounds),
@@ -238,6 +245,10 @@ class AgentGradResult:
         values["rounds"] = [RoundRecord(**r) for r in data.get("rounds", [])]
         values["val_history"] = [(int(calls), float(score)) for calls, score in data.get("val_history", [])]
         return cls(**values)
+
+    def final_state(self) -> ProgramState:
+        """The best program found: its instructions and the demonstrations it adds."""
+        return ProgramState(self.final_instructions, self.final_demos)
 
     @property
     def accepted(self) -> list[CandidateRecord]:
@@ -305,7 +316,9 @@ class AgentGradResult:
             def fmt(x):
                 return "-" if x is None else f"{x:.3f}"
 
-            decision = "accepted" if c.accepted else f"rejected ({c.reason})"
+            decision = ("accepted" if c.accepted else f"rejected ({c.reason})") + (
+                f"; {len(c.demos or [])} demos" if c.kind == "demos" else ""
+            )
             lines.append(
                 f"| {c.round} | {c.predictor} | {c.cluster_size} | {fmt(c.cluster_score_before)} -> "
                 f"{fmt(c.cluster_score_after)} | {fmt(c.val_score)} | {decision} |"
@@ -313,4 +326,6 @@ class AgentGradResult:
         lines += ["", "## Final instructions", ""]
         for name, text in self.final_instructions.items():
             lines += [f"### {name}", "", "```", text, "```", ""]
+            for demo in self.final_demos.get(name, []):
+                lines.append(f"- demonstration: `{to_jsonable(demo)}`")
         return "\n".join(lines)

@@ -31,6 +31,7 @@ from .jsonable import digest, example_key
 from .metric import Metric
 from .observers import ProgressBar, StateSnapshot
 from .pricing import price_function
+from .program_state import apply_state
 from .proposer import Proposer
 from .report import write_report
 from .results import AgentGradResult, AttributionReport
@@ -134,14 +135,6 @@ def _embedder(embedder: Any, clustering: str) -> Any:
     return embedder if callable(embedder) else dspy.Embedder(embedder)
 
 
-def _with_instructions(student: dspy.Module, instructions: dict[str, str]) -> dspy.Module:
-    """A copy of ``student`` with these instructions (the user's program stays as it is)."""
-    program = student.deepcopy()
-    for name, predictor in program.named_predictors():
-        predictor.signature = predictor.signature.with_instructions(instructions[name])
-    return program
-
-
 def _signature_text(predictor: dspy.Predict) -> str:
     sig = predictor.signature
     return f"inputs: {', '.join(sig.input_fields)}; outputs: {', '.join(sig.output_fields)}"
@@ -196,6 +189,8 @@ class AgentGrad(Teleprompter):
         max_instruction_chars: int = _DEFAULTS.max_instruction_chars,
         reuse_calls: bool = _DEFAULTS.reuse_calls,
         speculate: bool = _DEFAULTS.speculate,
+        candidates: str = _DEFAULTS.candidates,
+        max_demos: int = _DEFAULTS.max_demos,
         callbacks: list[Any] | None = None,
         progress: bool = True,
         optimize_predictors: list[str] | None = _DEFAULTS.optimize_predictors,
@@ -257,6 +252,8 @@ class AgentGrad(Teleprompter):
             max_instruction_chars=max_instruction_chars,
             reuse_calls=reuse_calls,
             speculate=speculate,
+            candidates=candidates,
+            max_demos=max_demos,
         )
         self.config.validate()
         if use_mlflow:
@@ -522,7 +519,7 @@ class AgentGrad(Teleprompter):
         observers: list[Any] = [ProgressBar(budget, self.progress), start_estimate]
         if self.config.use_mlflow:
             observers.append(
-                MlflowTracker(options, snapshot, lambda r: _with_instructions(student, r.final_instructions))
+                MlflowTracker(options, snapshot, lambda r: apply_state(student, r.final_state()))
             )
         if self.log_dir is not None:
             observers.append(StateSnapshot(self.log_dir / "state.json", snapshot))
@@ -556,7 +553,7 @@ class AgentGrad(Teleprompter):
         unchanged = outcome.why_unchanged()
         if unchanged:
             logger.warning("AgentGrad returns the program unchanged: %s", unchanged)
-        program = _with_instructions(student, outcome.final_instructions)
+        program = apply_state(student, outcome.final_state())
         if self.config.track_stats:
             program.detailed_results = outcome
         if self.log_dir is not None:

@@ -34,7 +34,7 @@ import logging
 import threading
 import traceback
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,6 +45,7 @@ from dspy.signatures.signature import ensure_signature
 
 from .jsonable import digest, to_jsonable
 from .metric import Metric, MetricError, check_score_range
+from .program_state import ProgramState, as_examples
 from .retries import RetryPolicy, error_kind, is_transient
 from .usage import empty_usage, track
 
@@ -166,12 +167,13 @@ class RunControl:
 
     def __init__(
         self,
-        instructions: dict[str, str],
+        instructions: ProgramState,
         hints: dict[str, str] | None = None,
         replay: Iterable[Step] = (),
         reuse: Iterable[Step] = (),
     ):
-        """``replay``: calls that must be replayed (a miss is counted); ``reuse``: calls that may be."""
+        """``instructions``: the program to run (instructions and added demonstrations); ``replay``: calls that
+        must be replayed (a miss is counted); ``reuse``: calls that may be."""
         self.instructions = instructions
         self.hints = dict(hints or {})
         replay, reuse = list(replay), list(reuse)
@@ -297,8 +299,12 @@ class _Call:
 
     def live_kwargs(self) -> dict:
         """The call's own keyword arguments (``config``, ``lm``, ``demos`` kept) under the run's
-        instruction, with the hint when this predictor is hinted."""
+        instruction, with the hint when this predictor is hinted, and the run's added demonstrations after
+        the call's own."""
         kwargs = dict(self.kwargs)
+        added = self.control.instructions.demos_of(self.name)
+        if added:
+            kwargs["demos"] = list(kwargs.get("demos") or self.predictor.demos) + as_examples(added)
         base = ensure_signature(kwargs.pop("signature", self.predictor.signature))
         instruction = self.control.instructions[self.name]
         hint = self.control.hints.get(self.name)
@@ -428,7 +434,7 @@ class ProgramRunner:
     def run(
         self,
         example: dspy.Example,
-        instructions: dict[str, str],
+        instructions: Mapping[str, str],
         *,
         hints: dict[str, str] | None = None,
         replay: Iterable[Step] = (),
@@ -441,7 +447,7 @@ class ProgramRunner:
         reuse = reference.reusable_steps(replay) if reference is not None else []
         while True:
             attempt += 1
-            control = RunControl(dict(instructions), hints, replay, reuse)
+            control = RunControl(ProgramState.of(instructions), hints, replay, reuse)
             lm = {"lm": self.task_model} if self.task_model else {}
             try:
                 with track() as usage, dspy.context(trace=[], **{CONTROL_KEY: control}, **lm):
