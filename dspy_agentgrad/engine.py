@@ -360,7 +360,8 @@ class RoundEngine:
         record.demos = demos
         shown = f"{len(demos)} demonstration(s): " + "; ".join(self.proposer.fields(d) for d in demos)
         self.emit(
-            "on_candidate_proposed", CandidateProposed(self.round_index, name, len(cluster.members), cluster.text, shown)
+            "on_candidate_proposed",
+            CandidateProposed(self.round_index, name, len(cluster.members), cluster.text, shown),
         )
         self._try(record, self.instructions.with_demos(name, demos), cluster)
         return record
@@ -604,7 +605,11 @@ class RoundEngine:
             self.prefetch_rewrites(ready)
         if self.attributor.speculating and kinds == "instructions":  # the stack holds rewrites only
             self.prefetch_judging(ready)
-        proposals = {"instructions": [self.update], "demos": [self.update_demos], "both": [self.update_demos, self.update]}
+        proposals = {
+            "instructions": [self.update],
+            "demos": [self.update_demos],
+            "both": [self.update_demos, self.update],
+        }
         for cluster in ready:
             for propose in proposals[kinds]:  # with both, the rewrite builds on the demonstrations if they were kept
                 self._record(record, propose(cluster, minimum))

@@ -35,7 +35,9 @@ def data():
 def compile_in(world: World, candidates: str, **options):
     dspy.configure(lm=world_lm(world))
     train, val = data()
-    optimizer = AgentGrad(feedback_metric, max_rounds=2, candidates=candidates, cluster_schedule=(1,), **FAST, **options)
+    optimizer = AgentGrad(
+        feedback_metric, max_rounds=2, candidates=candidates, cluster_schedule=(1,), **FAST, **options
+    )
     return optimizer.compile(Pipeline(), trainset=train, valset=val)
 
 
@@ -52,7 +54,9 @@ def test_a_step_that_follows_demonstrations_is_repaired_by_demos_not_by_rewrites
     assert kept == {"answer", "notes"} and all(c.kind == "demos" for c in result.candidates)
     # the compiled program carries the demonstrations: the pseudo-labels' inputs and corrected outputs
     answer_demos = program.answer.demos
-    assert answer_demos and all(d.answer.startswith("ans-id") and "notes" in d and "question" in d for d in answer_demos)
+    assert answer_demos and all(
+        d.answer.startswith("ans-id") and "notes" in d and "question" in d for d in answer_demos
+    )
     assert result.final_instructions == result.initial_instructions  # demos alone: no instruction changed
     # demonstrations need no prompt LM: no gradient, no rewrite
     assert world.calls["gradient"] == world.calls["rewrite"] == 0

@@ -53,9 +53,7 @@ def parse_call(system: str, user: str, history: list[tuple[str, str]] = ()) -> F
     """Rebuild what a predictor asked for from the chat-adapter messages; ``history``: the (user, assistant)
     message pairs before the last user message, which is where the adapter puts a predictor's demos."""
     fields = [name for name, _ in prompt_text.output_fields(system)]
-    demos = [
-        {**prompt_text.input_values(asked), **prompt_text.output_values(answered)} for asked, answered in history
-    ]
+    demos = [{**prompt_text.input_values(asked), **prompt_text.output_values(answered)} for asked, answered in history]
     return FakeCall(system, user, prompt_text.instructions(system), prompt_text.input_values(user), fields, demos)
 
 
