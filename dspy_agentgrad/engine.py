@@ -201,6 +201,8 @@ class RoundEngine:
         return ready, waiting
 
     def _groups(self, name: str, texts: list[str], minimum: int) -> list[GradientGroup]:
+        if self.config.candidates == "demos":  # pseudo-labels, not advice: grouped by their words, no LM call
+            return [GradientGroup(members, texts[members[0]]) for members in tfidf_groups(texts)]
         if self.config.clustering == "lm":
             groups = self.proposer.abstract(self.instructions[name], texts, minimum)
             if groups is not None:

@@ -58,8 +58,9 @@ def test_a_step_that_follows_demonstrations_is_repaired_by_demos_not_by_rewrites
         d.answer.startswith("ans-id") and "notes" in d and "question" in d for d in answer_demos
     )
     assert result.final_instructions == result.initial_instructions  # demos alone: no instruction changed
-    # demonstrations need no prompt LM: no gradient, no rewrite
-    assert world.calls["gradient"] == world.calls["rewrite"] == 0
+    # demonstrations need no prompt LM: no gradient, no grouping, no rewrite
+    assert result.usage["prompt"]["calls"] == 0
+    assert world.calls["gradient"] == world.calls["rewrite"] == world.calls["abstract"] == 0
     dspy.configure(lm=world_lm(World(learns_from="demos")))
     scores = [feedback_metric(ex, program(**ex.inputs())).score for ex in data()[1]]
     assert scores == [1.0] * len(scores)
