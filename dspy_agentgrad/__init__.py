@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .callbacks import (
+from .config import AUTO_CANDIDATES, auto_budget
+from .core.events import (
     AgentGradCallback,
     AttributionDone,
     CandidateJudged,
@@ -19,17 +20,16 @@ from .callbacks import (
     RunStart,
     ValidationScored,
 )
-from .config import AUTO_CANDIDATES, auto_budget
-from .estimate import Estimate
-from .hints import Hint, default_hint
-from .instruction_proposer import RewriteRequest
-from .metric import MetricError
-from .report import write_report
-from .results import AgentGradResult, AttributionRecord, AttributionReport, CandidateRecord, RoundRecord
-from .run_lock import LogDirBusy
-from .store import RunMismatch
+from .program.hints import Hint, default_hint
+from .program.metric import MetricError
+from .program.tracing import ProgramBug
+from .reporting.estimate import Estimate
+from .reporting.report import write_report
+from .reporting.results import AgentGradResult, AttributionRecord, AttributionReport, CandidateRecord, RoundRecord
+from .roles.instruction_proposer import RewriteRequest
+from .runtime.run_lock import LogDirBusy
+from .runtime.store import RunMismatch
 from .teleprompter import AgentGrad
-from .tracing import ProgramBug
 
 __all__ = [
     "AUTO_CANDIDATES",

@@ -71,6 +71,7 @@ def load_job(spec: str) -> Mapping:
 
 
 def main(argv: list[str] | None = None) -> None:
+    """The `agentgrad` command (and `python -m dspy_agentgrad`): parse ``argv`` and run the subcommand."""
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = _parser()
     args, rest = parser.parse_known_args(argv)
@@ -82,7 +83,7 @@ def main(argv: list[str] | None = None) -> None:
     if rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     if args.command == "report":
-        from .report import write_report
+        from .reporting.report import write_report
 
         try:
             page = write_report(args.log_dir, pngs=args.png)

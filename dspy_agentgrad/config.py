@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
+from typing import Any
 
-from .demonstrations import CANDIDATE_KINDS
 from .identity import check_resume_despite
-from .tracing import HINT_DELIVERIES
+from .program.tracing import HINT_DELIVERIES
 
 #: Candidates per preset, as dspy.GEPA's ``AUTO_RUN_SETTINGS``: equal ``auto`` means equal budgets.
 AUTO_CANDIDATES = {"light": 6, "medium": 12, "heavy": 18}
 DEFAULT_TRAIN_BATCH = 16
 CLUSTERINGS = ("lm", "tfidf", "embedding")
 VAL_ACCEPTANCE = ("strict", "non_decreasing")
+CANDIDATE_KINDS = ("instructions", "demos", "both")
 
 
 def auto_budget(auto: str, n_predictors: int, n_val: int) -> int:
@@ -41,6 +42,11 @@ def worst_case_calls(rounds: int, n_predictors: int, n_train: int, n_val: int, t
 
 @dataclass
 class AgentGradConfig:
+    """Every option of a run, with its default: defined once here, taken by ``AgentGrad(...)`` as keywords.
+
+    The README's option table explains each; :meth:`validate` says what is wrong with a bad value.
+    """
+
     auto: str | None = "light"
     max_metric_calls: int | None = None
     max_rounds: int | None = None
@@ -76,7 +82,28 @@ class AgentGradConfig:
     candidates: str = "instructions"
     max_demos: int = 3
 
+    @classmethod
+    def from_options(cls, **options: Any) -> AgentGradConfig:
+        """The config for ``AgentGrad(...)``'s keyword options, not yet validated.
+
+        An unknown name raises the TypeError a call with a wrong keyword raises; sequences become
+        tuples (they are part of the run's fingerprint); ``num_threads=None`` means the default.
+        """
+        known = {f.name for f in fields(cls)}
+        for name in options:
+            if name not in known:
+                raise TypeError(f"AgentGrad() got an unexpected keyword argument {name!r}")
+        if "num_threads" in options and options["num_threads"] is None:
+            del options["num_threads"]
+        if "cluster_schedule" in options:
+            options["cluster_schedule"] = tuple(options["cluster_schedule"])
+        for name in ("label_fields", "optimize_predictors"):
+            if options.get(name) is not None:
+                options[name] = tuple(options[name])
+        return cls(**options)
+
     def validate(self) -> None:
+        """Raise a ValueError that says how to fix the first bad option."""
         if self.auto is not None and self.auto not in AUTO_CANDIDATES:
             raise ValueError(f"auto must be one of {sorted(AUTO_CANDIDATES)} or None; got {self.auto!r}")
         if self.auto is not None and self.max_metric_calls is not None:

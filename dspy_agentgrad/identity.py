@@ -15,8 +15,8 @@ from typing import Any
 import dspy
 from pydantic import BaseModel
 
-from . import signatures
-from .jsonable import digest
+from .roles import signatures
+from .runtime.jsonable import digest
 
 #: Settings of ``dspy.LM`` that change what the model generates (an allowlist: nothing else is written).
 GENERATION_KEYS = (
@@ -73,13 +73,21 @@ def lm_identity(lm: Any) -> dict[str, Any]:
     return {"class": type(lm).__qualname__, "model": getattr(lm, "model", None), "settings": settings}
 
 
+#: Where the role signatures lived when this digest was defined; a type's text names that module, so moving
+#: the module (as into ``roles/``) does not change the digest and an older ``log_dir`` still resumes.
+SIGNATURES_HOME = "dspy_agentgrad.signatures"
+
+
 def prompts_digest() -> str:
-    """A digest of every LM-role prompt in :mod:`dspy_agentgrad.signatures` (instructions and fields)."""
+    """A digest of every LM-role prompt in :mod:`dspy_agentgrad.roles.signatures` (instructions and fields)."""
     found = {}
     for name, value in sorted(vars(signatures).items()):
         if isinstance(value, type) and issubclass(value, dspy.Signature) and value is not dspy.Signature:
             fields = {
-                field: {"desc": info.json_schema_extra.get("desc"), "type": str(info.annotation)}
+                field: {
+                    "desc": info.json_schema_extra.get("desc"),
+                    "type": str(info.annotation).replace(signatures.__name__, SIGNATURES_HOME),
+                }
                 for field, info in value.fields.items()
             }
             found[name] = {"instructions": value.instructions, "fields": fields}
@@ -98,6 +106,7 @@ def check_lm(value: Any, option: str) -> None:
 
 
 def check_resume_despite(parts: Any) -> tuple[str, ...]:
+    """``resume_despite`` as a tuple of known parts: a typo must not silently skip a check."""
     parts = (parts,) if isinstance(parts, str) else tuple(parts or ())
     unknown = [p for p in parts if p not in OVERRIDABLE]
     if unknown:

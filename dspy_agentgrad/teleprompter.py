@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
+import inspect
 import io
 import logging
 import random
@@ -11,133 +13,62 @@ import sys
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import dspy
 from dspy.teleprompt.teleprompt import Teleprompter
 
-from .attribution import HintFn
-from .budget import Budget
-from .callbacks import Dispatcher
+from .checks import check_examples, check_optimize_predictors, checked_hint_fn, embedder_function, predictor_names
 from .config import AgentGradConfig, auto_budget, worst_case_calls
-from .engine import RoundEngine
-from .estimate import Estimate, SampleStats, StartEstimate, build_estimate
-from .evaluation import Evaluator
-from .hints import default_hint
+from .core.attribution import HintFn
+from .core.engine import RoundEngine
+from .core.events import Dispatcher
+from .core.state import RunState
 from .identity import check_lm, lm_identity, metric_identity, prompts_digest
-from .instruction_proposer import InstructionProposer
-from .jsonable import digest, example_key
-from .metric import Metric
-from .observers import ProgressBar, StateSnapshot
-from .pricing import price_function
-from .program_state import apply_state
-from .proposer import Proposer
-from .report import write_report
-from .results import AgentGradResult, AttributionReport
-from .retries import RetryPolicy
-from .run_lock import LogDirLock
-from .store import Memo, atomic_write_json, check_fingerprint
-from .tracing import ProgramRunner
-from .tracking import MlflowTracker, import_mlflow
-from .usage import UsageLedger
+from .program.evaluation import Evaluator
+from .program.hints import default_hint
+from .program.metric import Metric
+from .program.program_state import apply_state
+from .program.tracing import ProgramRunner
+from .reporting.estimate import Estimate, SampleStats, StartEstimate, build_estimate
+from .reporting.observers import ProgressBar, StateSnapshot
+from .reporting.report import write_report
+from .reporting.results import AgentGradResult, AttributionReport
+from .reporting.tracking import MlflowTracker, import_mlflow
+from .roles.instruction_proposer import InstructionProposer
+from .roles.proposer import Proposer
+from .runtime.budget import Budget
+from .runtime.jsonable import digest, example_key
+from .runtime.pricing import price_function
+from .runtime.retries import RetryPolicy
+from .runtime.run_lock import LogDirLock
+from .runtime.store import Memo, atomic_write_json, check_fingerprint
+from .runtime.usage import UsageLedger
 
 logger = logging.getLogger("dspy_agentgrad")
 
 FORMAT_VERSION = 2  # 2: the fingerprint holds the metric, the LMs and the prompts
-_DEFAULTS = AgentGradConfig()
-
-
-def _unencodable_text(value: Any) -> str | None:
-    """The first string inside ``value`` that UTF-8 cannot encode (a lone surrogate), if any."""
-    if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            return value
-        return None
-    items = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple, set)) else ()
-    return next((bad for bad in map(_unencodable_text, items) if bad is not None), None)
-
-
-def _check_examples(examples: Any, name: str) -> list[dspy.Example]:
-    if examples is not None and not isinstance(examples, (list, tuple)):
-        if isinstance(examples, (str, bytes, dict, dspy.Example)) or not hasattr(examples, "__iter__"):
-            raise TypeError(f"{name} must be a list of dspy.Example; got {type(examples).__name__}")
-        examples = list(examples)  # a generator or other iterable: read it once, here
-    if examples is None or len(examples) == 0:
-        raise ValueError(
-            f"{name} is empty: AgentGrad needs examples (dspy.Example with .with_inputs(...)) to learn from"
-        )
-    for i, ex in enumerate(examples):
-        if not isinstance(ex, dspy.Example):
-            raise TypeError(f"{name}[{i}] is a {type(ex).__name__}, not a dspy.Example")
-        try:
-            ex.inputs()
-        except ValueError:
-            raise ValueError(
-                f"{name}[{i}] has no input fields: build it with dspy.Example(...).with_inputs('field', ...)"
-            ) from None
-        for field_name, value in ex.items():
-            bad = _unencodable_text(value)
-            if bad is not None:
-                raise ValueError(
-                    f"{name}[{i}] field {field_name!r} holds text that is not valid Unicode (a lone surrogate, "
-                    f"as in {bad[:60]!r}); clean it, e.g. text.encode('utf-8', 'replace').decode('utf-8')"
-                )
-    return list(examples)
-
-
-def _checked_hint_fn(hint_fn: HintFn) -> HintFn:
-    """``hint_fn`` with its result checked: a str, None, or an object with a str ``text`` (a Hint)."""
-
-    def checked(*args: Any, **kwargs: Any) -> Any:
-        hint = hint_fn(*args, **kwargs)
-        if hint is None or isinstance(hint, str) or isinstance(getattr(hint, "text", None), str):
-            return hint
-        raise TypeError(
-            f"hint_fn returned a {type(hint).__name__} ({str(hint)[:80]!r}); it must return the hint as a str, "
-            "or None when it has no hint for this example"
-        )
-
-    return checked
-
-
-def _predictor_names(program: Any) -> list[str]:
-    if not isinstance(program, dspy.Module):
-        raise TypeError(f"program must be a dspy.Module; got {type(program).__name__}")
-    names = [name for name, _ in program.named_predictors()]
-    if not names:
-        raise ValueError(
-            "the program has no predictors (dspy.Predict, dspy.ChainOfThought, ...) "
-            "whose instructions AgentGrad could optimize"
-        )
-    return names
-
-
-def _check_optimize_predictors(wanted: tuple[str, ...] | None, names: list[str]) -> None:
-    unknown = sorted(set(wanted or ()) - set(names))
-    if unknown:
-        raise ValueError(f"optimize_predictors has unknown names {unknown}; the program's predictors are {names}")
-
-
-def _embedder(embedder: Any, clustering: str) -> Any:
-    """A texts -> vectors function: a user's callable (``dspy.Embedder`` included) or a litellm model name."""
-    if clustering != "embedding":
-        if embedder is not None:
-            raise ValueError("embedder= is used only with clustering='embedding'")
-        return None
-    if embedder is None:
-        raise ValueError(
-            "clustering='embedding' needs embedder=: a litellm embedding model name "
-            "(e.g. 'openai/text-embedding-3-small'), a dspy.Embedder, or a function list[str] -> vectors"
-        )
-    return embedder if callable(embedder) else dspy.Embedder(embedder)
 
 
 def _signature_text(predictor: dspy.Predict) -> str:
     sig = predictor.signature
     return f"inputs: {', '.join(sig.input_fields)}; outputs: {', '.join(sig.output_fields)}"
+
+
+@dataclass
+class RunParts:
+    """The pieces a run is wired from (see ``AgentGrad._parts``): built before the engine, so the
+    result builder and the observers can be given them without reaching through the engine."""
+
+    memo: Memo
+    budget: Budget
+    evaluator: Evaluator
+    proposer: Proposer
+    hint_fn: HintFn
+    signatures: dict[str, str]
+    instructions: dict[str, str]
 
 
 class AgentGrad(Teleprompter):
@@ -157,47 +88,15 @@ class AgentGrad(Teleprompter):
         *,
         prompt_model: Any = None,
         task_model: Any = None,
-        auto: str | None = _DEFAULTS.auto,
-        max_metric_calls: int | None = _DEFAULTS.max_metric_calls,
-        max_rounds: int | None = _DEFAULTS.max_rounds,
         hint_fn: HintFn | None = None,
-        num_threads: int | None = None,
-        seed: int = _DEFAULTS.seed,
         log_dir: str | Path | None = None,
-        track_stats: bool = _DEFAULTS.track_stats,
-        max_score: float = _DEFAULTS.max_score,
-        fix_threshold: float | None = _DEFAULTS.fix_threshold,
-        max_prompt_tokens: int | None = _DEFAULTS.max_prompt_tokens,
-        max_prompt_cost: float | None = _DEFAULTS.max_prompt_cost,
-        train_batch_size: int = _DEFAULTS.train_batch_size,
-        cluster_schedule: tuple[int, ...] = _DEFAULTS.cluster_schedule,
-        clustering: str = _DEFAULTS.clustering,
-        target_identification: bool = _DEFAULTS.target_identification,
-        agent_supervision: bool = _DEFAULTS.agent_supervision,
-        semantic_abstraction: bool = _DEFAULTS.semantic_abstraction,
-        leak_check: bool = _DEFAULTS.leak_check,
-        label_fields: tuple[str, ...] | None = _DEFAULTS.label_fields,
-        cumulative_hints: bool = _DEFAULTS.cumulative_hints,
-        failure_score: float = _DEFAULTS.failure_score,
-        hint_delivery: str = _DEFAULTS.hint_delivery,
-        retry_attempts: int = _DEFAULTS.retry_attempts,
-        retry_backoff_s: float = _DEFAULTS.retry_backoff_s,
-        resume_despite: tuple[str, ...] = _DEFAULTS.resume_despite,
-        val_acceptance: str = _DEFAULTS.val_acceptance,
-        eval_chunk_size: int = _DEFAULTS.eval_chunk_size,
-        max_field_chars: int = _DEFAULTS.max_field_chars,
-        max_instruction_chars: int = _DEFAULTS.max_instruction_chars,
-        reuse_calls: bool = _DEFAULTS.reuse_calls,
-        speculate: bool = _DEFAULTS.speculate,
-        candidates: str = _DEFAULTS.candidates,
-        max_demos: int = _DEFAULTS.max_demos,
         callbacks: list[Any] | None = None,
         progress: bool = True,
-        optimize_predictors: list[str] | None = _DEFAULTS.optimize_predictors,
         instruction_proposer: InstructionProposer | None = None,
         embedder: Any = None,
-        use_mlflow: bool = _DEFAULTS.use_mlflow,
+        **options: Any,
     ):
+        self.config = AgentGradConfig.from_options(**options)  # the other options: AgentGradConfig's fields
         super().__init__()
         self.metric = metric
         self._metric = Metric(metric)
@@ -211,7 +110,7 @@ class AgentGrad(Teleprompter):
         if instruction_proposer is not None and not callable(instruction_proposer):
             raise TypeError("instruction_proposer must be callable as instruction_proposer(request) -> str | None")
         self.instruction_proposer = instruction_proposer
-        self.embedder = _embedder(embedder, clustering)
+        self.embedder = embedder_function(embedder, self.config.clustering)
         self.prompt_model = prompt_model
         self.task_model = task_model
         self.log_dir = Path(log_dir) if log_dir is not None else None
@@ -219,47 +118,12 @@ class AgentGrad(Teleprompter):
         self.event_callbacks = list(callbacks or [])
         Dispatcher(self.event_callbacks)  # checks them now, not mid-run
         self.progress = progress
-        self.config = AgentGradConfig(
-            auto=auto,
-            max_metric_calls=max_metric_calls,
-            max_rounds=max_rounds,
-            max_prompt_tokens=max_prompt_tokens,
-            max_prompt_cost=max_prompt_cost,
-            num_threads=_DEFAULTS.num_threads if num_threads is None else num_threads,
-            seed=seed,
-            max_score=max_score,
-            fix_threshold=fix_threshold,
-            train_batch_size=train_batch_size,
-            cluster_schedule=tuple(cluster_schedule),
-            clustering=clustering,
-            target_identification=target_identification,
-            agent_supervision=agent_supervision,
-            semantic_abstraction=semantic_abstraction,
-            leak_check=leak_check,
-            label_fields=None if label_fields is None else tuple(label_fields),
-            cumulative_hints=cumulative_hints,
-            failure_score=failure_score,
-            hint_delivery=hint_delivery,
-            retry_attempts=retry_attempts,
-            retry_backoff_s=retry_backoff_s,
-            track_stats=track_stats,
-            resume_despite=resume_despite,
-            optimize_predictors=None if optimize_predictors is None else tuple(optimize_predictors),
-            use_mlflow=use_mlflow,
-            val_acceptance=val_acceptance,
-            eval_chunk_size=eval_chunk_size,
-            max_field_chars=max_field_chars,
-            max_instruction_chars=max_instruction_chars,
-            reuse_calls=reuse_calls,
-            speculate=speculate,
-            candidates=candidates,
-            max_demos=max_demos,
-        )
         self.config.validate()
-        if use_mlflow:
+        if self.config.use_mlflow:
             import_mlflow()  # fail now, with the install hint, not after paid work
 
     def get_params(self) -> dict[str, Any]:
+        """Every option of this optimizer (DSPy's teleprompter protocol), the config's included."""
         params = {k: v for k, v in self.__dict__.items() if not k.startswith("_") and k != "config"}
         params.update(vars(self.config))
         return params
@@ -274,16 +138,8 @@ class AgentGrad(Teleprompter):
         check_lm(prompt, "the prompt LM (prompt_model or dspy.settings.lm)")
         return task, prompt
 
-    def _engine(
-        self,
-        student: dspy.Module,
-        trainset: list[dspy.Example],
-        valset: list[dspy.Example],
-        budget: Budget,
-        log_dir: Path | None,
-        callbacks: list[Any] = (),
-    ) -> RoundEngine:
-        """Wire the parts: program runner and evaluator, proposer, journal, usage, events."""
+    def _parts(self, student: dspy.Module, budget: Budget, log_dir: Path | None) -> RunParts:
+        """Wire the parts a run needs: program runner and evaluator, proposer, journal, usage, hints."""
         task, prompt = self._lms()
         retry = RetryPolicy(self.config.retry_attempts, self.config.retry_backoff_s)
         memo, ledger = Memo(log_dir), UsageLedger()
@@ -317,7 +173,7 @@ class AgentGrad(Teleprompter):
         )
         predictors = dict(student.named_predictors())
         hint_fn = (
-            _checked_hint_fn(self.hint_fn)
+            checked_hint_fn(self.hint_fn)
             if self.hint_fn
             else functools.partial(
                 default_hint,
@@ -325,13 +181,33 @@ class AgentGrad(Teleprompter):
                 output_fields={n: list(p.signature.output_fields) for n, p in predictors.items()},
             )
         )
-        return RoundEngine(
-            self.config,
+        return RunParts(
+            memo,
+            budget,
             evaluator,
             proposer,
             hint_fn,
             {n: _signature_text(p) for n, p in predictors.items()},
             {n: p.signature.instructions for n, p in predictors.items()},
+        )
+
+    def _engine(
+        self,
+        parts: RunParts,
+        trainset: list[dspy.Example],
+        valset: list[dspy.Example],
+        state: RunState | None = None,
+        callbacks: list[Any] = (),
+    ) -> RoundEngine:
+        """The round engine over ``parts``, owning ``state`` (a fresh one for the program's instructions by default)."""
+        return RoundEngine(
+            self.config,
+            parts.evaluator,
+            parts.proposer,
+            parts.budget,
+            parts.hint_fn,
+            parts.signatures,
+            state or RunState(dict(parts.instructions)),
             trainset,
             valset,
             Dispatcher(list(callbacks)),
@@ -341,9 +217,9 @@ class AgentGrad(Teleprompter):
         self, student: dspy.Module, trainset: Any, valset: Any
     ) -> tuple[list[str], list[dspy.Example], list[dspy.Example], int | None, int | None]:
         """Checked inputs: predictor names, train and validation sets, metric-call cap and round cap."""
-        names = _predictor_names(student)
-        _check_optimize_predictors(self.config.optimize_predictors, names)
-        trainset = _check_examples(trainset, "trainset")
+        names = predictor_names(student)
+        check_optimize_predictors(self.config.optimize_predictors, names)
+        trainset = check_examples(trainset, "trainset")
         if valset is None:
             if len(trainset) < 2:
                 raise ValueError(
@@ -353,7 +229,7 @@ class AgentGrad(Teleprompter):
             random.Random(self.config.seed).shuffle(shuffled)
             cut = max(1, len(shuffled) // 3)
             valset, trainset = shuffled[:cut], shuffled[cut:]
-        valset = _check_examples(valset, "valset")
+        valset = check_examples(valset, "valset")
         max_calls, max_rounds = self.config.max_metric_calls, self.config.max_rounds
         if self.config.auto is not None:
             max_calls = auto_budget(self.config.auto, len(names), len(valset))
@@ -417,17 +293,18 @@ class AgentGrad(Teleprompter):
         Runs and attributes ``sample_size`` training examples (the program runs and hinted
         runs of that many examples: task-LM spend, no prompt-LM call) to measure a run's LM
         calls, tokens and seconds, the failure rate, and how blame splits over the
-        predictors, then plays the rounds forward (see :mod:`dspy_agentgrad.estimate`).
+        predictors, then plays the rounds forward (see :mod:`dspy_agentgrad.reporting.estimate`).
         """
         names, trainset, valset, max_calls, max_rounds = self._plan(program, trainset, valset)
         sample = random.Random(self.config.seed).sample(trainset, min(sample_size, len(trainset)))
-        engine = self._engine(program, sample, sample, Budget(None), None)
+        parts = self._parts(program, Budget(None), None)
         started = time.time()
-        report, outcomes = engine.attribute(sample)
+        attribution = self._engine(parts, sample, sample).attribute(sample)
         seconds = time.time() - started
-        failures = sum(o.score < self.config.max_score for o in outcomes)
-        ledger = engine.evaluator.ledger.to_dict()
-        runs, reused = engine.evaluator.budget.metric_calls, engine.evaluator.reused
+        report = attribution.report
+        failures = sum(o.score < self.config.max_score for o in attribution.outcomes)
+        ledger = parts.evaluator.ledger.to_dict()
+        runs, reused = parts.budget.metric_calls, parts.evaluator.reused
         hinted = runs + reused - len(sample)
         stats = SampleStats(
             runs=runs,
@@ -442,11 +319,10 @@ class AgentGrad(Teleprompter):
 
     def attribute(self, program: dspy.Module, examples: list[dspy.Example]) -> AttributionReport:
         """Steps 1-2 only: run ``examples``, then find the predictor at fault for each failure."""
-        _predictor_names(program)
-        examples = _check_examples(examples, "examples")
-        engine = self._engine(program, examples, examples, Budget(self.config.max_metric_calls), None)
-        report, _ = engine.attribute(examples)
-        return report
+        predictor_names(program)
+        examples = check_examples(examples, "examples")
+        parts = self._parts(program, Budget(self.config.max_metric_calls), None)
+        return self._engine(parts, examples, examples).attribute(examples).report
 
     def compile(
         self,
@@ -498,11 +374,20 @@ class AgentGrad(Teleprompter):
             resumed = check_fingerprint(self.log_dir, fingerprint, self.config.resume_despite)
         budget = Budget(max_calls, self.config.max_prompt_tokens, self.config.max_prompt_cost)
         options = {**self.config.fingerprint(), "max_rounds": max_rounds, "num_threads": self.config.num_threads}
+        parts = self._parts(student, budget, self.log_dir)
+        state = RunState(dict(parts.instructions))
+        memo = parts.memo
 
         def snapshot() -> AgentGradResult:
-            segments = engine.evaluator.work.memo.segment_report()
+            segments = memo.segment_report()
             return AgentGradResult.from_run(
-                engine,
+                state,
+                budget=budget,
+                usage=parts.evaluator.ledger.to_dict(),
+                reused_runs=parts.evaluator.reused,
+                program_errors=parts.evaluator.errors,
+                prompt_role_failures=parts.proposer.failures,
+                seed=self.config.seed,
                 initial_instructions=initial,
                 wall_time_s=sum(seg["wall_time_s"] for seg in segments),
                 segments=segments,
@@ -513,18 +398,15 @@ class AgentGrad(Teleprompter):
 
         start_estimate = StartEstimate(
             self._estimator(names, len(trainset), len(valset), max_calls, max_rounds, priced="litellm" in sys.modules),
-            lambda: engine.evaluator.ledger.by_phase["validate"],
+            lambda: parts.evaluator.ledger.by_phase["validate"],
             self.config.max_score,
         )
         observers: list[Any] = [ProgressBar(budget, self.progress), start_estimate]
         if self.config.use_mlflow:
-            observers.append(
-                MlflowTracker(options, snapshot, lambda r: apply_state(student, r.final_state()))
-            )
+            observers.append(MlflowTracker(options, snapshot, lambda r: apply_state(student, r.final_state())))
         if self.log_dir is not None:
             observers.append(StateSnapshot(self.log_dir / "state.json", snapshot))
-        engine = self._engine(student, trainset, valset, budget, self.log_dir, observers + self.event_callbacks)
-        memo = engine.evaluator.work.memo
+        engine = self._engine(parts, trainset, valset, state, observers + self.event_callbacks)
         if resumed:
             logger.info(
                 "resuming from %s: %d paid results on disk will be replayed, not paid again%s",
@@ -536,7 +418,7 @@ class AgentGrad(Teleprompter):
             engine.run(max_rounds, resumed)
         finally:
             memo.close()
-        if engine.interrupted:
+        if state.interrupted:
             logger.warning(
                 "AgentGrad interrupted: returning the best program so far%s",
                 f"; state kept in {self.log_dir}, compile again with the same log_dir to resume"
@@ -545,9 +427,9 @@ class AgentGrad(Teleprompter):
             )
         logger.info(
             "AgentGrad stopped: %s; validation %.4f -> %.4f",
-            engine.stop_reason,
-            engine.initial_val_score or 0.0,
-            engine.best_val_score or 0.0,
+            state.stop_reason,
+            state.initial_val_score or 0.0,
+            state.best_val_score or 0.0,
         )
         outcome = snapshot()
         unchanged = outcome.why_unchanged()
@@ -562,3 +444,17 @@ class AgentGrad(Teleprompter):
             program.save(str(self.log_dir / "optimized_program.json"))
             write_report(self.log_dir, outcome)
         return program
+
+
+def _options_signature() -> inspect.Signature:
+    """``AgentGrad.__init__``'s own parameters followed by every :class:`AgentGradConfig` field with its
+    default, so ``help(AgentGrad)`` and editors that read signatures show each option where it is defined."""
+    own = [p for p in inspect.signature(AgentGrad.__init__).parameters.values() if p.kind is not p.VAR_KEYWORD]
+    config = [
+        inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default, annotation=f.type)
+        for f in dataclasses.fields(AgentGradConfig)
+    ]
+    return inspect.Signature(own + config)
+
+
+AgentGrad.__init__.__signature__ = _options_signature()

@@ -9,9 +9,9 @@ import pytest
 from world import Pipeline, World, feedback_metric, make_data, world_lm
 
 from dspy_agentgrad import AgentGrad
-from dspy_agentgrad.evaluation import state_key
-from dspy_agentgrad.jsonable import digest
-from dspy_agentgrad.program_state import ProgramState
+from dspy_agentgrad.program.evaluation import state_key
+from dspy_agentgrad.program.program_state import ProgramState
+from dspy_agentgrad.runtime.jsonable import digest
 
 FAST = dict(auto=None, retry_backoff_s=0, progress=False)
 

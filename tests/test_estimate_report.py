@@ -15,8 +15,8 @@ from world import Pipeline, World, feedback_metric, make_data, world_lm
 from dspy_agentgrad import AgentGrad, AgentGradResult, write_report
 from dspy_agentgrad.cli import main as cli_main
 from dspy_agentgrad.config import AgentGradConfig
-from dspy_agentgrad.estimate import SampleStats, build_estimate
-from dspy_agentgrad.report import candidate_positions, render_html, word_diff
+from dspy_agentgrad.reporting.estimate import SampleStats, build_estimate
+from dspy_agentgrad.reporting.report import candidate_positions, render_html, word_diff
 
 FAST = dict(retry_backoff_s=0, progress=False)
 

@@ -7,7 +7,7 @@ import pytest
 from world import Pipeline, World, feedback_metric, instructions, make_data, world_lm
 
 from dspy_agentgrad import AgentGrad, AgentGradCallback, RewriteRequest
-from dspy_agentgrad.clustering import embedding_groups
+from dspy_agentgrad.core.clustering import embedding_groups
 
 FAST = dict(retry_backoff_s=0, progress=False)
 TRAIN = {"extract": 3, "notes": 3, "answer": 3, "none": 3}

@@ -12,8 +12,8 @@ import pytest
 from world import ShapeWorld
 
 from dspy_agentgrad import AgentGrad, default_hint
+from dspy_agentgrad.program.tracing import ProgramBug, Step, rebuild_prediction
 from dspy_agentgrad.testing import RuleEngine, fake_lm
-from dspy_agentgrad.tracing import ProgramBug, Step, rebuild_prediction
 
 FAST = dict(retry_backoff_s=0, progress=False)
 
@@ -546,8 +546,8 @@ def test_an_llm_judge_metrics_own_lm_calls_are_counted():
 
 
 def test_replay_after_a_resume_rebuilds_typed_outputs_or_runs_the_call_live():
-    from dspy_agentgrad.metric import Metric
-    from dspy_agentgrad.tracing import Outcome, ProgramRunner
+    from dspy_agentgrad.program.metric import Metric
+    from dspy_agentgrad.program.tracing import Outcome, ProgramRunner
 
     world = typed_world()
     dspy.configure(lm=fake_lm(world))

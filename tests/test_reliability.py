@@ -14,10 +14,11 @@ import dspy
 import pytest
 from world import Pipeline, World, dumps, feedback_metric, make_data, metric, world_lm
 
-from dspy_agentgrad import AgentGrad, MetricError, RunMismatch, signatures
-from dspy_agentgrad.retries import RetryPolicy
-from dspy_agentgrad.run_lock import LogDirBusy
-from dspy_agentgrad.store import Memo
+from dspy_agentgrad import AgentGrad, MetricError, RunMismatch
+from dspy_agentgrad.roles import signatures
+from dspy_agentgrad.runtime.retries import RetryPolicy
+from dspy_agentgrad.runtime.run_lock import LogDirBusy
+from dspy_agentgrad.runtime.store import Memo
 from dspy_agentgrad.testing import RuleEngine, fake_lm
 
 FAST = dict(auto=None, retry_backoff_s=0, progress=False)
@@ -208,7 +209,7 @@ def test_a_second_compile_on_a_busy_log_dir_is_refused_and_a_killed_holder_relea
         [
             sys.executable,
             "-c",
-            "import sys, time; from dspy_agentgrad.run_lock import LogDirLock\n"
+            "import sys, time; from dspy_agentgrad.runtime.run_lock import LogDirLock\n"
             "with LogDirLock(sys.argv[1]):\n    print('locked', flush=True); time.sleep(120)",
             str(tmp_path),
         ],
@@ -347,7 +348,7 @@ def test_retry_after_is_honoured_within_a_bound():
 def test_program_runs_wait_as_long_as_the_server_asks(monkeypatch):
     from dspy.lm15 import RateLimitError
 
-    from dspy_agentgrad import retries
+    from dspy_agentgrad.runtime import retries
 
     slept = []
     monkeypatch.setattr(retries.time, "sleep", slept.append)

@@ -10,20 +10,20 @@ import time
 import dspy
 import pytest
 
-from dspy_agentgrad.budget import Budget, BudgetExhausted
-from dspy_agentgrad.clustering import (
+from dspy_agentgrad.config import auto_budget
+from dspy_agentgrad.core.clustering import (
     GradientGroup,
     min_cluster_size,
     normalize_clusters,
     random_minibatches,
     tfidf_groups,
 )
-from dspy_agentgrad.config import auto_budget
-from dspy_agentgrad.engine import BatchSampler
-from dspy_agentgrad.paid_work import PaidWork
-from dspy_agentgrad.prompt_text import input_values, instructions, output_fields
-from dspy_agentgrad.retries import RetryPolicy, error_kind, is_transient
-from dspy_agentgrad.store import Memo
+from dspy_agentgrad.core.engine import BatchSampler
+from dspy_agentgrad.program.prompt_text import input_values, instructions, output_fields
+from dspy_agentgrad.runtime.budget import Budget, BudgetExhausted
+from dspy_agentgrad.runtime.paid_work import PaidWork
+from dspy_agentgrad.runtime.retries import RetryPolicy, error_kind, is_transient
+from dspy_agentgrad.runtime.store import Memo
 
 # ---- clustering -----------------------------------------------------------------------------------
 

@@ -20,11 +20,11 @@ from typing import Any
 
 import dspy
 
-from ..callbacks import AgentGradCallback, AttributionDone, ValidationScored
+from ..core.events import AgentGradCallback, AttributionDone, ValidationScored
 from ..embedded_lm.grammar import OutputLimits
-from ..jsonable import to_jsonable
+from ..runtime.jsonable import to_jsonable
+from ..runtime.usage import track
 from ..teleprompter import AgentGrad
-from ..usage import track
 from . import task as demo_task
 from .figure import plot_summary
 from .story import report
@@ -191,6 +191,7 @@ def run_demo(
 
 
 def main(argv: list[str] | None = None) -> None:
+    """The demo's command line (``python -m dspy_agentgrad demo``): parse the options and run the job."""
     defaults = DemoSettings()
     parser = argparse.ArgumentParser(prog="python -m dspy_agentgrad", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..results import why_unchanged
+from ..reporting.results import why_unchanged
 
 
 def _clip(text: object, width: int = 110) -> str:
@@ -22,6 +22,7 @@ def _score(value: float | None) -> str:
 
 
 def report(summary: dict) -> str:
+    """The demo's closing text: what the run changed and what it cost, for a person at the terminal."""
     test, val, sizes = summary["test_score"], summary["val_score"], summary["sizes"]
     usage = summary["usage"]
     optimizer = usage["optimizer"]

@@ -31,8 +31,8 @@ import json
 import re
 from dataclasses import dataclass, field
 
-from ..prompt_text import CHAT_MARK, output_fields
-from ..prompt_text import adapter_format as detect_format
+from ..program.prompt_text import CHAT_MARK, output_fields
+from ..program.prompt_text import adapter_format as detect_format
 
 __all__ = [
     "GRAMMAR_VERSION",
@@ -243,6 +243,7 @@ class OutputPlan:
         return "\n".join([root, *lines, *b.rules.values()]) + "\n"
 
     def max_tokens(self) -> int:
+        """The most tokens this plan's fields can take: the generation cap for the call."""
         return self.limits.tokens_for(self.fields)
 
     # ------------------------------------------------------------- regex

@@ -21,8 +21,8 @@ import dspy
 from dspy.lm15 import Message, RateLimitError, Response, TextPart, Usage
 from dspy.lm15 import TimeoutError as LMTimeout
 
-from .. import prompt_text
-from ..tracing import HINT_FIELD, HINT_HEADER
+from ..program import prompt_text
+from ..program.tracing import HINT_FIELD, HINT_HEADER
 
 
 @dataclass

@@ -1,0 +1,118 @@
+"""Steps 3-4 of a round: a textual gradient per attributed failure, then semantic abstraction.
+
+Gradients of one predictor are grouped by meaning (the aggregator LM, TF-IDF or an embedder;
+see :mod:`.clustering`), and a group large enough under the round's minimum cluster size
+becomes a :class:`Cluster` with one generalized gradient. Without semantic abstraction
+(the ablation), gradients are cut into random minibatches instead.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+
+from ..config import AgentGradConfig
+from ..roles.proposer import Proposer, StepRole
+from ..runtime.parallel import parallel_map
+from .clustering import GradientGroup, embedding_groups, random_minibatches, tfidf_groups
+from .demonstrations import demo_of
+from .state import AttributionRecord, AttributionReport, Cluster, Gradient
+
+logger = logging.getLogger("dspy_agentgrad")
+
+
+class Abstraction:
+    """Turns a round's attributions into clusters a rewrite can address (steps 3-4)."""
+
+    def __init__(self, config: AgentGradConfig, proposer: Proposer, signatures: dict[str, str], rng: random.Random):
+        self.config = config
+        self.proposer = proposer
+        self.signatures = signatures
+        self.rng = rng  # shared with the engine's batch sampler: one seeded stream for the run
+
+    def gradients(self, report: AttributionReport, instructions: dict[str, str], round_index: int) -> list[Gradient]:
+        """Step 3: one gradient per attributed failure of a predictor that may be rewritten. With
+        ``candidates="demos"`` no rewrite needs one: the text is the pseudo-label itself (no LM call), which
+        step 4 groups, and leaking pseudo-labels are left out (they can make no demonstration)."""
+        frozen = self.config.frozen(report.order)  # blamed and reported, never rewritten: no gradient to pay for
+        items = [(name, rec) for name in report.order if name not in frozen for rec in report.attributed.get(name, [])]
+        if self.config.candidates == "demos":
+            return [
+                Gradient(name, rec, f"{name} should write {self.proposer.fields(rec.corrected)}", round_index)
+                for name, rec in items
+                if demo_of(rec) is not None
+            ]
+        steps = "\n".join(f"{i + 1}. {name}: {self.signatures.get(name, '')}" for i, name in enumerate(report.order))
+
+        def extract(item: tuple[str, AttributionRecord]) -> str | None:
+            name, rec = item
+            if self.config.agent_supervision and rec.corrected:
+                role = StepRole(self.signatures.get(name, ""), steps)
+                return self.proposer.gradient(role, instructions[name], rec.inputs, rec.original, rec.corrected)
+            expected = self.proposer.fields(dict(rec.example.labels()))
+            if rec.feedback:
+                expected += f"\nfeedback: {rec.feedback}"
+            return self.proposer.system_gradient(
+                instructions[name], dict(rec.example.inputs()), rec.program_outputs, expected
+            )
+
+        texts = parallel_map(extract, items, self.config.num_threads)
+        return [Gradient(name, rec, text, round_index) for (name, rec), text in zip(items, texts) if text]
+
+    def abstract(
+        self, pool: list[Gradient], minimum: int, instructions: dict[str, str]
+    ) -> tuple[list[Cluster], list[Gradient]]:
+        """Step 4: clusters that meet ``minimum``, and the gradients that wait for a later round.
+
+        The predictors are abstracted concurrently (their calls are independent); the result is
+        assembled in pool order, so it does not depend on the thread count.
+        """
+        ready: list[Cluster] = []
+        waiting: list[Gradient] = []
+        by_predictor: dict[str, list[Gradient]] = {}
+        for g in pool:
+            by_predictor.setdefault(g.predictor, []).append(g)
+        if not self.config.semantic_abstraction:
+            for name, grads in by_predictor.items():
+                size = max(self.config.cluster_schedule)
+                for batch in random_minibatches(len(grads), size, self.rng):
+                    text = "\n".join(f"- {grads[i].text}" for i in batch)
+                    ready.append(Cluster(name, [grads[i] for i in batch], text))
+            return ready, waiting
+        names = list(by_predictor)
+        grouped = parallel_map(
+            lambda name: self._groups(instructions[name], name, [g.text for g in by_predictor[name]], minimum),
+            names,
+            self.config.num_threads,
+        )
+        for name, groups in zip(names, grouped):
+            grads = by_predictor[name]
+            for group in groups:
+                members = [grads[i] for i in group.members]
+                if len(members) < minimum:  # the aggregator was asked to reach the minimum; this is the safety net
+                    waiting.extend(members)
+                else:
+                    ready.append(Cluster(name, members, group.text or grads[group.members[0]].text))
+        return ready, waiting
+
+    def _groups(self, instruction: str, name: str, texts: list[str], minimum: int) -> list[GradientGroup]:
+        if self.config.candidates == "demos":  # pseudo-labels, not advice: grouped by their words, no LM call
+            return [GradientGroup(members, texts[members[0]]) for members in tfidf_groups(texts)]
+        if self.config.clustering == "lm":
+            groups = self.proposer.abstract(instruction, texts, minimum)
+            if groups is not None:
+                return groups
+            logger.warning("aggregator failed for %s; grouping its %d gradients with TF-IDF", name, len(texts))
+        vectors = self.proposer.embed(texts) if self.config.clustering == "embedding" else None
+        if self.config.clustering == "embedding" and vectors is None:
+            logger.warning("embedder failed for %s; grouping its %d gradients with TF-IDF", name, len(texts))
+        grouped = tfidf_groups(texts) if vectors is None else embedding_groups(vectors)
+        out = []
+        for members in grouped:
+            if len(members) == 1:
+                text = texts[members[0]]
+            else:
+                text = self.proposer.summarize(instruction, [texts[i] for i in members])
+            if text:
+                out.append(GradientGroup(members, text))
+        return out

@@ -1,0 +1,165 @@
+"""Step 5's judge: one object that decides a candidate's fate.
+
+A candidate must beat the current program on its cluster, then on validation. This module
+owns every part of that decision: what a check may cost before it is paid for, the races
+with exact early rejection, and the verdict written into the candidate's record.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+
+import dspy
+
+from ..config import AgentGradConfig
+from ..program.evaluation import Evaluator
+from ..runtime.budget import Budget, BudgetExhausted
+from .events import Dispatcher, ValidationScored
+from .state import CandidateRecord, Cluster, RunState, exact_total
+
+
+@dataclass
+class RaceResult:
+    """A candidate scored against a bar: its total, or the proof that it cannot clear the bar."""
+
+    total: Fraction | None  # exact sum of scores over all examples; None when stopped early
+    scored: int  # examples scored before the decision
+
+    @property
+    def stopped_early(self) -> bool:
+        """True when scoring stopped because the candidate could no longer clear the bar."""
+        return self.total is None
+
+
+def cannot_clear(best_possible: Fraction, bar: Fraction, strict: bool) -> bool:
+    """True when a total of at most ``best_possible`` cannot pass ``bar`` (``> bar``, or ``>= bar``)."""
+    return best_possible <= bar if strict else best_possible < bar
+
+
+def race(
+    evaluator: Evaluator,
+    instructions: dict[str, str],
+    examples: list[dspy.Example],
+    phase: str,
+    bar: Fraction,
+    *,
+    strict: bool,
+    max_score: float,
+    chunk_size: int,
+) -> RaceResult:
+    """Score ``examples`` in order, in chunks of ``chunk_size``, until the total can no longer pass ``bar``.
+
+    Exact early rejection: after each chunk, if even ``max_score`` on every example left could not
+    give a total above ``bar`` (at least ``bar`` when not ``strict``), scoring stops. The chunks
+    are fixed and decided between, so the decision and the metric calls spent are the same at
+    any thread count.
+    """
+    total, done, top = Fraction(0), 0, Fraction(max_score)
+    for start in range(0, len(examples), chunk_size):
+        chunk = examples[start : start + chunk_size]
+        total += exact_total(evaluator.evaluate(instructions, chunk, phase))
+        done += len(chunk)
+        left = len(examples) - done
+        if left and cannot_clear(total + left * top, bar, strict):
+            return RaceResult(None, done)
+    return RaceResult(total, done)
+
+
+class Acceptance:
+    """Two-stage acceptance with exact early rejection, and what a check may cost.
+
+    Judging is in one place so that the decision, its arithmetic and its affordability cannot
+    drift apart: the engine asks whether a check fits, then for the verdict.
+    """
+
+    def __init__(
+        self,
+        config: AgentGradConfig,
+        evaluator: Evaluator,
+        budget: Budget,
+        valset: list[dspy.Example],
+        state: RunState,
+        emit: Dispatcher,
+    ):
+        self.config = config
+        self.evaluator = evaluator
+        self.budget = budget
+        self.valset = valset
+        self.state = state
+        self.emit = emit
+
+    def check_cost(self, program: dict[str, str], cluster: Cluster) -> int:
+        """The most metric calls judging a candidate for ``cluster`` on ``program`` can take: the cluster's
+        runs under ``program`` not paid yet, its runs under the candidate, and one validation pass."""
+        examples = [g.record.example for g in cluster.members]
+        return self.evaluator.cost(program, examples) + len(examples) + len(self.valset)
+
+    def affordable(self, program: dict[str, str], cluster: Cluster) -> bool:
+        """Whether the budget left covers the worst case of a check (see :meth:`check_cost`)."""
+        return self.check_cost(program, cluster) <= self.budget.remaining()
+
+    def require_affordable(self, cluster: Cluster) -> None:
+        """Stop the run before paying for a rewrite whose check the budget could not finish."""
+        needed = self.check_cost(self.state.instructions, cluster)
+        if needed > self.budget.remaining():
+            raise BudgetExhausted(f"the next candidate check needs up to {needed} metric calls")
+
+    def judge(self, record: CandidateRecord, candidate: dict[str, str], examples: list[dspy.Example]) -> None:
+        """Write the verdict into ``record``: a gain on the cluster first, then on validation.
+
+        Validation scores the examples the current program does worst on first, where a losing
+        candidate shows it soonest. An accepted candidate's validation scores become the new bar.
+        """
+        state, chunk, top = self.state, self.config.eval_chunk_size, self.config.max_score
+        if len(examples) <= chunk:  # one batch for both sides of the cluster check
+            before_out, after_out = self.evaluator.evaluate_many(
+                [(state.instructions, examples), (candidate, examples)], "minibatch"
+            )
+            before, after = exact_total(before_out), exact_total(after_out)
+        else:
+            before = exact_total(self.evaluator.evaluate(state.instructions, examples, "minibatch"))
+            after = race(
+                self.evaluator, candidate, examples, "minibatch", before, strict=True, max_score=top, chunk_size=chunk
+            ).total
+        record.cluster_score_before = float(before / len(examples))
+        record.cluster_score_after = None if after is None else float(after / len(examples))
+        if after is None or after <= before:
+            record.reason = "no gain on its cluster"
+            return
+        order = sorted(range(len(self.valset)), key=lambda i: (state.best_val_scores[i], i))
+        strict = self.config.val_acceptance == "strict"
+        result = race(
+            self.evaluator,
+            candidate,
+            [self.valset[i] for i in order],
+            "validate",
+            state.best_val_total,
+            strict=strict,
+            max_score=top,
+            chunk_size=chunk,
+        )
+        if result.stopped_early:
+            record.reason = f"no gain on validation (stopped after {result.scored}/{len(self.valset)}: cannot win)"
+            return
+        record.val_score = float(result.total / len(self.valset))
+        self.emit(
+            "on_validation_scored",
+            ValidationScored(
+                state.round_index,
+                record.val_score,
+                max(record.val_score, state.best_val_score),
+                self.budget.metric_calls,
+                record,
+            ),
+        )
+        if cannot_clear(result.total, state.best_val_total, strict):
+            record.reason = "no gain on validation"
+            return
+        record.accepted, record.reason = (
+            True,
+            "gain on cluster and validation"
+            if result.total > state.best_val_total
+            else "gain on cluster, equal on validation",
+        )
+        state.set_best(self.evaluator.evaluate(candidate, self.valset, "validate"))  # all cached: free

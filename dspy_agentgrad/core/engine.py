@@ -1,0 +1,364 @@
+"""The AgentGrad round engine.
+
+One round: failure set -> sequential intervention in reverse execution order ->
+gradient per attributed failure -> semantic abstraction under the cyclic
+minimum-cluster-size schedule -> updates in descending cluster size with
+two-stage acceptance. The engine owns the loop and its stop rules and reports
+each step as a typed event (:mod:`dspy_agentgrad.core.events`). Steps 1-2 are the
+:class:`~dspy_agentgrad.core.attribution.Attributor`'s. It makes no LM call itself:
+program runs go through the :class:`Evaluator`, LM roles through the :class:`Proposer`.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import random
+from concurrent.futures import Future, ThreadPoolExecutor
+
+import dspy
+
+from ..config import AgentGradConfig
+from ..program.evaluation import Evaluator
+from ..program.program_state import ProgramState
+from ..program.runs import Outcome
+from ..roles.proposer import Proposer, format_fields
+from ..runtime.budget import Budget, BudgetExhausted
+from ..runtime.jsonable import example_key
+from ..runtime.parallel import in_background, shared_threads
+from .abstraction import Abstraction
+from .acceptance import Acceptance
+from .attribution import Attribution, Attributor, HintFn
+from .clustering import min_cluster_size
+from .demonstrations import added_demos
+from .events import (
+    AttributionDone,
+    CandidateJudged,
+    CandidateProposed,
+    Dispatcher,
+    RoundEnd,
+    RoundStart,
+    RunEnd,
+    RunStart,
+    ValidationScored,
+)
+from .rewriting import Rewriter
+from .speculation import Speculation
+from .state import CandidateRecord, Cluster, RoundRecord, RunState
+
+logger = logging.getLogger("dspy_agentgrad")
+
+
+class BatchSampler:
+    """Epoch-shuffled training batches, reproducible from the seed."""
+
+    def __init__(self, size: int, batch_size: int, rng: random.Random):
+        self.size, self.batch_size, self.rng = size, min(batch_size, size), rng
+        self.queue: list[int] = []
+
+    def next(self) -> list[int]:
+        """The next training batch: every example once per epoch before any repeats."""
+        batch: list[int] = []
+        while len(batch) < self.batch_size:
+            if not self.queue:
+                self.queue = list(range(self.size))
+                self.rng.shuffle(self.queue)
+            index = self.queue.pop(0)
+            if index not in batch:
+                batch.append(index)
+        return batch
+
+
+class RoundEngine:
+    """The loop of rounds and its stop rules; each step is delegated to the part of the paper it is.
+
+    It owns the run's :class:`RunState` and reports each step as an event. Steps 1-2 are the
+    :class:`Attributor`'s, 3-4 the :class:`Abstraction`'s, step 5 the :class:`Rewriter`'s and the
+    :class:`Acceptance`'s; :class:`Speculation` pays ahead for what a round will ask.
+    """
+
+    def __init__(
+        self,
+        config: AgentGradConfig,
+        evaluator: Evaluator,
+        proposer: Proposer,
+        budget: Budget,
+        hint_fn: HintFn,
+        signatures: dict[str, str],
+        state: RunState,
+        trainset: list[dspy.Example],
+        valset: list[dspy.Example],
+        emit: Dispatcher | None = None,
+    ):
+        self.config = config
+        self.evaluator = evaluator
+        self.budget = budget
+        self.state = state
+        self.trainset = trainset
+        self.valset = valset
+        self.emit = emit or Dispatcher()
+        self.rng = random.Random(config.seed)
+        self.sampler = BatchSampler(len(trainset), config.train_batch_size, self.rng)
+        self.attributor = Attributor(config, evaluator, hint_fn)
+        self.abstraction = Abstraction(config, proposer, signatures, self.rng)
+        self.rewriter = Rewriter(config, proposer, signatures, state)
+        self.acceptance = Acceptance(config, evaluator, budget, valset, state, self.emit)
+        self.speculation = Speculation(
+            config, evaluator, proposer, budget, valset, state, self.rewriter, self.acceptance
+        )
+        self._validation: Future | None = None  # the starting program's validation pass, while it runs
+
+    def attribute(self, examples: list[dspy.Example], phase: str = "evaluate") -> Attribution:
+        """Steps 1-2 for the current program: failure set and sequential intervention (see :class:`Attributor`)."""
+        return self.attributor.attribute(self.state.instructions, examples, self.state.round_index, phase)
+
+    def update(self, cluster: Cluster, minimum: int) -> CandidateRecord:
+        """Step 5 for one cluster: a rewrite, then two-stage acceptance with exact early rejection.
+
+        The candidate must beat the current program on its cluster, then on validation
+        (``val_acceptance``: strictly, or at least equal); see :class:`Acceptance`. An accepted
+        candidate becomes the current program.
+        """
+        self.finish_validation()
+        state, name = self.state, cluster.predictor
+        current = state.instructions[name]
+        record = CandidateRecord(state.round_index, name, len(cluster.members), minimum, cluster.text, current, None)
+        examples = [g.record.example for g in cluster.members]
+        self.acceptance.require_affordable(cluster)  # checked before paying for the rewrite
+        proposal = self.rewriter.rewrite(cluster)
+        if proposal is None or proposal.strip() == current.strip():
+            record.reason = self.rewriter.unusable(proposal, current)
+            return record
+        record.instruction = proposal
+        problem = self.rewriter.unusable(proposal, current)
+        if problem is not None:
+            record.reason = problem
+            return record
+        self.emit(
+            "on_candidate_proposed",
+            CandidateProposed(state.round_index, name, len(cluster.members), cluster.text, proposal),
+        )
+        self._try(record, state.instructions.with_instruction(name, proposal), examples)
+        return record
+
+    def update_demos(self, cluster: Cluster, minimum: int) -> CandidateRecord:
+        """Step 5 for one cluster with demonstrations: the cluster's pseudo-labels shown to its predictor
+        (no LM call; see :mod:`.demonstrations`), judged like a rewrite."""
+        self.finish_validation()
+        state, name = self.state, cluster.predictor
+        record = CandidateRecord(
+            state.round_index, name, len(cluster.members), minimum, cluster.text, state.instructions[name], None
+        )
+        record.kind = "demos"
+        demos = added_demos(
+            state.instructions.demos_of(name), [g.record for g in cluster.members], self.config.max_demos
+        )
+        if demos is None:
+            record.reason = "no new demonstration (each pseudo-label leaks or is shown already)"
+            return record
+        self.acceptance.require_affordable(cluster)
+        record.demos = demos
+        shown = f"{len(demos)} demonstration(s): " + "; ".join(
+            format_fields(d, self.config.max_field_chars) for d in demos
+        )
+        self.emit(
+            "on_candidate_proposed",
+            CandidateProposed(state.round_index, name, len(cluster.members), cluster.text, shown),
+        )
+        self._try(record, state.instructions.with_demos(name, demos), [g.record.example for g in cluster.members])
+        return record
+
+    def _try(self, record: CandidateRecord, candidate: ProgramState, examples: list[dspy.Example]) -> None:
+        """Two-stage acceptance of ``candidate`` (see :class:`Acceptance`); the current program becomes it when
+        it wins."""
+        start = self.budget.metric_calls
+        self.acceptance.judge(record, candidate, examples)
+        record.metric_calls = self.budget.metric_calls - start
+        if record.accepted:
+            self.state.instructions = candidate
+            self.state.val_history.append((self.budget.metric_calls, self.state.best_val_score))
+
+    # ---- the loop -----------------------------------------------------------------------------
+    def run(self, max_rounds: int | None, resumed: bool = False) -> str:
+        """Validate the starting program, then run rounds until a stop rule holds; returns the reason.
+
+        Stops: ``max_rounds``; no failure left when the batch is the whole training set; a budget
+        cap (the step that would exceed it is not started); as many rounds in a row without a metric
+        call as the cluster schedule is long (nothing new was run or scored: nothing left to learn); Ctrl-C.
+
+        The starting program's validation pass is needed first by the first candidate's check, so
+        with several threads it runs beside the first round's attribution and proposals (sharing
+        ``num_threads``), when the training and validation examples are distinct.
+        """
+        sizes, cap = (len(self.trainset), len(self.valset)), self.budget.max_metric_calls
+        self.emit("on_run_start", RunStart(list(self.state.instructions), *sizes, cap, max_rounds, resumed))
+        with ThreadPoolExecutor(max_workers=1) as background, shared_threads(self.config.num_threads):
+            try:
+                self._start_validation(background)
+                idle_rounds = 0
+                while max_rounds is None or self.state.round_index < max_rounds:
+                    spent = self.budget.metric_calls
+                    record = self.run_round()
+                    if record.failures == 0 and record.batch_size == len(self.trainset):
+                        self.state.stop_reason = "no failures left on the training set"
+                        break
+                    idle_rounds = idle_rounds + 1 if self.budget.metric_calls == spent else 0
+                    if idle_rounds >= len(self.config.cluster_schedule):
+                        self.state.stop_reason = f"stalled: {idle_rounds} rounds without a metric call"
+                        break
+                else:
+                    self.state.stop_reason = f"max_rounds={max_rounds} reached"
+                self.finish_validation()
+            except BudgetExhausted as stop:
+                self.state.stop_reason = f"budget exhausted ({stop})"
+            except KeyboardInterrupt:
+                self.state.interrupted, self.state.stop_reason = True, "interrupted (KeyboardInterrupt)"
+            finally:
+                self._settle_validation()
+        self.emit(
+            "on_run_end",
+            RunEnd(
+                self.state.stop_reason,
+                self.state.interrupted,
+                self.state.initial_val_score,
+                self.state.best_val_score,
+                self.budget.metric_calls,
+                self.state.round_index,
+            ),
+        )
+        return self.state.stop_reason
+
+    def _start_validation(self, background: ThreadPoolExecutor) -> None:
+        instructions = self.state.instructions
+
+        def validate() -> list[Outcome]:
+            with in_background():
+                return self.evaluator.evaluate(instructions, self.valset, "validate")
+
+        train_keys = {example_key(ex) for ex in self.trainset}
+        overlap = (
+            self.config.num_threads > 1
+            and self.evaluator.cost(instructions, self.valset) <= self.budget.remaining()
+            and not any(example_key(ex) in train_keys for ex in self.valset)
+        )
+        if overlap:
+            self._validation = background.submit(contextvars.copy_context().run, validate)
+        else:
+            self._record_validation(validate())
+
+    def finish_validation(self) -> None:
+        """Wait for the starting program's validation pass when it runs beside the round (raising what it
+        raised), and record it."""
+        if self._validation is None:
+            return
+        outcomes, self._validation = self._validation.result(), None
+        self._record_validation(outcomes)
+
+    def _record_validation(self, outcomes: list[Outcome]) -> None:
+        self.state.set_best(outcomes)
+        self.state.initial_val_score = self.state.best_val_score
+        self.state.val_history.append((len(self.valset), self.state.best_val_score))
+        logger.info("initial validation score %.4f on %d examples", self.state.best_val_score, len(self.valset))
+        self.emit(
+            "on_validation_scored",
+            ValidationScored(None, self.state.best_val_score, self.state.best_val_score, len(self.valset)),
+        )
+
+    def _settle_validation(self) -> None:
+        """On the way out: record the validation pass if it was paid; a failure of it was already reported."""
+        if self._validation is None:
+            return
+        try:
+            self.finish_validation()
+        except Exception as error:  # the run is stopping for another reason, told in stop_reason
+            logger.info("the starting program's validation pass did not finish: %s", error)
+            self._validation = None
+
+    def run_round(self) -> RoundRecord:
+        """One round; returns its record (also appended to ``self.state.rounds``)."""
+        r = self.state.round_index
+        minimum = min_cluster_size(self.config.cluster_schedule, r)
+        batch = [self.trainset[i] for i in self.sampler.next()]
+        self.emit("on_round_start", RoundStart(r, minimum, len(batch), self.budget.metric_calls))
+        attribution = self.attribute(batch)
+        report = attribution.report
+        failures = sum(o.score < self.config.max_score for o in attribution.outcomes)
+        self.emit("on_attribution", AttributionDone(r, report, failures, self.budget.metric_calls))
+        fresh = self.abstraction.gradients(report, self.state.instructions, r)
+        fresh_keys = {(g.predictor, example_key(g.record.example)) for g in fresh}
+        carried = [
+            g
+            for g in self.state.waiting
+            if (g.predictor, example_key(g.record.example)) not in fresh_keys
+            and r - g.round < len(self.config.cluster_schedule)
+        ]
+        ready, self.state.waiting = self.abstraction.abstract(fresh + carried, minimum, self.state.instructions)
+        reverse_rank = {name: -i for i, name in enumerate(report.order)}
+        ready.sort(key=lambda c: (-len(c.members), reverse_rank.get(c.predictor, 0)))
+        record = RoundRecord(
+            r,
+            minimum,
+            len(batch),
+            failures,
+            report.counts(),
+            len(report.hard_cases),
+            report.leaked,
+            len(fresh),
+            len(ready),
+            len(self.state.waiting),
+            explained_single=report.explained_single,
+            explained_cumulative=report.explained_cumulative,
+        )
+        self.state.rounds.append(record)
+        logger.info(
+            "round %d: %d/%d failures, attributed %s, %d hard, %d gradients -> %d clusters (min size %d), %d waiting",
+            r,
+            failures,
+            len(batch),
+            report.counts(),
+            len(report.hard_cases),
+            len(fresh),
+            len(ready),
+            minimum,
+            len(self.state.waiting),
+        )
+        kinds = self.config.candidates
+        if kinds != "demos":
+            self.speculation.prefetch_rewrites(ready)
+        if attribution.speculated and kinds == "instructions":  # the stack holds rewrites only
+            self.finish_validation()  # the stacked checks run against the starting program's scores
+            self.speculation.prefetch_judging(ready, r)
+        proposals = {
+            "instructions": [self.update],
+            "demos": [self.update_demos],
+            "both": [self.update_demos, self.update],  # the rewrite builds on the demonstrations if they were kept
+        }[kinds]
+        for cluster in ready:
+            for propose in proposals:
+                self._record(record, propose(cluster, minimum))
+        record.best_val_score = self.state.best_val_score
+        record.metric_calls = self.budget.metric_calls
+        self.state.round_index += 1
+        self.emit("on_round_end", RoundEnd(record))
+        return record
+
+    def _record(self, round_record: RoundRecord, candidate: CandidateRecord) -> None:
+        """Keep a judged candidate in the state and the round's counts; log and report it."""
+        self.state.candidates.append(candidate)
+        round_record.candidates += 1
+        round_record.accepted += candidate.accepted
+        logger.info(
+            "round %d: %s %s update for %s (cluster of %d): %s; cluster %s -> %s, val %s (best %.4f)",
+            candidate.round,
+            "ACCEPTED" if candidate.accepted else "rejected",
+            candidate.kind,
+            candidate.predictor,
+            candidate.cluster_size,
+            candidate.reason,
+            candidate.cluster_score_before,
+            candidate.cluster_score_after,
+            candidate.val_score,
+            self.state.best_val_score,
+        )
+        judged = CandidateJudged(candidate, self.state.best_val_score, self.budget.metric_calls)
+        self.emit("on_candidate_accepted" if candidate.accepted else "on_candidate_rejected", judged)

@@ -1,0 +1,57 @@
+"""Step 5's proposal: what the rewrite role is shown for a cluster, and whether its answer can be judged."""
+
+from __future__ import annotations
+
+from ..config import AgentGradConfig
+from ..roles.instruction_proposer import RewriteRequest
+from ..roles.proposer import Proposer
+from .state import Cluster, RunState
+
+#: Cases of the cluster (original vs corrected output) and rejected rewrites the rewrite role sees.
+REWRITE_EXAMPLES = 3
+REJECTED_SHOWN = 5
+
+
+class Rewriter:
+    """Asks the rewrite role for a cluster's new instruction; the engine and speculation ask the same way,
+    so a rewrite fetched ahead is the memoized answer to the request the engine sends later."""
+
+    def __init__(self, config: AgentGradConfig, proposer: Proposer, signatures: dict[str, str], state: RunState):
+        self.config = config
+        self.proposer = proposer
+        self.signatures = signatures
+        self.state = state
+
+    def request(self, cluster: Cluster, program: dict[str, str] | None = None) -> RewriteRequest:
+        """What the rewrite role sees for ``cluster``: feedback, a few cases, this step's rejected rewrites.
+        ``program``: the instructions to rewrite from (the current ones by default)."""
+        name = cluster.predictor
+        shown = [
+            (g.record.inputs, g.record.original, g.record.corrected)
+            for g in cluster.members[:REWRITE_EXAMPLES]
+            if g.record.corrected
+        ]
+        return RewriteRequest(
+            predictor=name,
+            step_signature=self.signatures[name],
+            current_instruction=(program or self.state.instructions)[name],
+            generalized_gradient=cluster.text,
+            gradients=[g.text for g in cluster.members],
+            examples=shown,
+            rejected=self.state.rejected_rewrites(name)[-REJECTED_SHOWN:],
+            max_chars=self.config.max_instruction_chars,
+        )
+
+    def rewrite(self, cluster: Cluster, program: dict[str, str] | None = None) -> str | None:
+        """The rewrite role's new instruction for ``cluster`` (None when it failed)."""
+        return self.proposer.rewrite(self.request(cluster, program))
+
+    def unusable(self, proposal: str | None, current: str) -> str | None:
+        """Why ``proposal`` cannot be judged against ``current`` (the candidate's reason), or None."""
+        if proposal is None:
+            return "rewrite failed"
+        if proposal.strip() == current.strip():
+            return "rewrite unchanged"
+        if len(proposal) > self.config.max_instruction_chars:
+            return f"rewrite longer than max_instruction_chars={self.config.max_instruction_chars}"
+        return None

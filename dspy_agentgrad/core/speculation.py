@@ -1,0 +1,108 @@
+"""Speculation: paying ahead, in parallel, for work the round will ask for, without changing a decision.
+
+Two kinds: the first rewrite of every predictor at once, and (when the attributor found that most
+hinted runs change nothing) the round's candidate checks stacked as if every candidate wins.
+The engine then judges each candidate as always and finds its runs and rewrite done.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import dspy
+
+from ..config import AgentGradConfig
+from ..program.evaluation import Evaluator
+from ..program.program_state import ProgramState
+from ..roles.proposer import Proposer
+from ..runtime.budget import Budget
+from ..runtime.parallel import parallel_map
+from .acceptance import Acceptance
+from .rewriting import Rewriter
+from .state import Cluster, RunState
+
+logger = logging.getLogger("dspy_agentgrad")
+
+Chain = tuple[dspy.Example, list[ProgramState]]
+
+
+class Speculation:
+    """Prefetches a round's rewrites and candidate checks; only work whose checks fit the budget."""
+
+    def __init__(
+        self,
+        config: AgentGradConfig,
+        evaluator: Evaluator,
+        proposer: Proposer,
+        budget: Budget,
+        valset: list[dspy.Example],
+        state: RunState,
+        rewriter: Rewriter,
+        acceptance: Acceptance,
+    ):
+        self.config = config
+        self.evaluator = evaluator
+        self.proposer = proposer
+        self.budget = budget
+        self.valset = valset
+        self.state = state
+        self.rewriter = rewriter
+        self.acceptance = acceptance
+
+    def prefetch_rewrites(self, ready: list[Cluster]) -> None:
+        """Ask for the first rewrite of every predictor at once.
+
+        Exact: until a predictor's first cluster is judged, neither its instruction nor its rejected
+        rewrites change (other predictors' updates do not touch them), so the engine later sends
+        the same request and gets the memoized answer. Only clusters whose checks fit the budget.
+        """
+        firsts: dict[str, Cluster] = {}
+        for cluster in ready:
+            firsts.setdefault(cluster.predictor, cluster)
+        program = self.state.instructions
+        requests = [self.rewriter.request(c) for c in firsts.values() if self.acceptance.affordable(program, c)]
+        if len(requests) > 1:
+            parallel_map(self.proposer.rewrite, requests, self.config.num_threads)
+
+    def prefetch_judging(self, ready: list[Cluster], round_index: int) -> None:
+        """Run the round's candidate checks ahead, as if every candidate wins.
+
+        The round's candidates are stacked in the order the engine judges them, each on top
+        of the ones before (as acceptance would leave the program; a second cluster of a
+        predictor is rewritten from the first one's rewrite, as it would be then). Every
+        validation example and each cluster's examples are run under the stack in one parallel
+        step, each example's runs in order (:meth:`Evaluator.evaluate_chains`). The engine
+        then judges each candidate as always and finds its runs and rewrite done; after a
+        rejection, what was stacked above it is wasted and the next checks are paid as usual.
+        The decisions do not change. The stack is cut to the deepest one whose runs all fit in the
+        budget left (they are charged before they start; runs that take an earlier score are given
+        back when they end); one candidate alone is not stacked.
+        """
+        stack: list[tuple[ProgramState, Cluster]] = []
+        program = self.state.instructions
+        for cluster in ready:
+            if not self.acceptance.affordable(program, cluster):
+                break  # the engine would not pay for this rewrite either
+            proposal = self.rewriter.rewrite(cluster, program)
+            if self.rewriter.unusable(proposal, program[cluster.predictor]) is not None:
+                continue
+            program = program.with_instruction(cluster.predictor, proposal)
+            stack.append((program, cluster))
+        if len(stack) < 2:
+            return  # one candidate: nothing to overlap
+        # the deepest stack whose runs, all charged before they start, fit the budget left
+        for depth in range(len(stack), 1, -1):
+            chains = self._stacked_checks(stack[:depth])
+            if self.evaluator.chain_cost(chains) <= self.budget.remaining():
+                self.evaluator.evaluate_chains(chains, "validate")
+                return
+        logger.info("round %d: no stack of candidate checks fits the budget left", round_index)
+
+    def _stacked_checks(self, stack: list[tuple[ProgramState, Cluster]]) -> list[Chain]:
+        """Each validation example under every program of the stack; each cluster's examples under the
+        programs up to its own candidate (its "before" and "after")."""
+        before = [self.state.instructions] + [program for program, _ in stack[:-1]]
+        chains = [(ex, [program for program, _ in stack]) for ex in self.valset]
+        for level, (_, cluster) in enumerate(stack):
+            chains += [(g.record.example, before[: level + 1] + [stack[level][0]]) for g in cluster.members]
+        return chains

@@ -1,0 +1,110 @@
+"""What one program run leaves behind: its predictor calls (:class:`Step`), its scored result
+(:class:`Outcome`, the unit the journal stores), and an earlier run it may reuse (:class:`Reference`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..runtime.usage import empty_usage
+
+
+@dataclass
+class Step:
+    """One predictor call: which predictor, its call number in the run, its inputs and outputs.
+
+    ``prediction`` is the live object the call returned, kept in memory only (never journaled)
+    so that replay hands back the same types.
+    """
+
+    name: str
+    inputs: dict[str, Any]
+    outputs: dict[str, Any]
+    call: int = 0
+    prediction: Any = field(default=None, repr=False, compare=False)
+
+    def to_dict(self) -> dict:
+        """The journaled form (the live prediction stays in memory)."""
+        return {"name": self.name, "call": self.call, "inputs": self.inputs, "outputs": self.outputs}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Step:
+        """Read back :meth:`to_dict` (a journal line after a resume)."""
+        return cls(data["name"], data["inputs"], data["outputs"], data.get("call", 0))
+
+
+@dataclass
+class Outcome:
+    """The result of one scored program run (one metric call)."""
+
+    score: float
+    feedback: str = ""
+    error: str | None = None
+    steps: list[Step] = field(default_factory=list)
+    outputs: dict[str, Any] = field(default_factory=dict)
+    usage: dict[str, int] = field(default_factory=empty_usage)
+    attempts: int = 1
+    replay_misses: int = 0
+    scored: bool = True  # False: the program output equals its reference run's, whose score it took
+
+    def order(self) -> list[str]:
+        """Predictor names in order of first call in this run."""
+        seen: list[str] = []
+        for step in self.steps:
+            if step.name not in seen:
+                seen.append(step.name)
+        return seen
+
+    def calls(self, name: str) -> list[Step]:
+        """Every call of predictor ``name`` in this run, in call order."""
+        return sorted((s for s in self.steps if s.name == name), key=lambda s: s.call)
+
+    def first_step(self, name: str) -> Step | None:
+        """The first call of predictor ``name`` (None when it did not run): what an ablation attributes."""
+        calls = self.calls(name)
+        return calls[0] if calls else None
+
+    def to_dict(self) -> dict:
+        """The journaled form: a paid run is replayed from it after a resume."""
+        data = {
+            "score": self.score,
+            "feedback": self.feedback,
+            "error": self.error,
+            "steps": [s.to_dict() for s in self.steps],
+            "outputs": self.outputs,
+            "usage": self.usage,
+            "attempts": self.attempts,
+            "replay_misses": self.replay_misses,
+        }
+        if not self.scored:
+            data["scored"] = False
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Outcome:
+        """Read back :meth:`to_dict`; fields added later default, so old journals still load."""
+        return cls(
+            score=data["score"],
+            feedback=data.get("feedback", ""),
+            error=data.get("error"),
+            steps=[Step.from_dict(s) for s in data.get("steps", [])],
+            outputs=data.get("outputs", {}),
+            usage=data.get("usage", empty_usage()),
+            attempts=data.get("attempts", 1),
+            replay_misses=data.get("replay_misses", 0),
+            scored=data.get("scored", True),
+        )
+
+
+@dataclass
+class Reference:
+    """An earlier run of the same example, and the predictors whose instruction or hint differs from it."""
+
+    outcome: Outcome
+    changed: frozenset[str]
+
+    def reusable_steps(self, replayed: Iterable[Step] = ()) -> list[Step]:
+        """The calls of unchanged predictors, except those already in the run's strict replay."""
+        taken = {id(step) for step in replayed}
+        return [s for s in self.outcome.steps if s.name not in self.changed and id(s) not in taken]

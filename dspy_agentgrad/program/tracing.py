@@ -1,0 +1,433 @@
+"""Running the program on one example, with a recorded trace, hints for chosen predictors,
+and replay of the predictors that ran before them.
+
+The optimizer never edits the user's program: it works on a private copy whose
+predictors are intercepted once. Everything that differs between runs (the
+instructions, the hints, the calls to replay, the record of calls) travels in a
+:class:`RunControl` carried in DSPy's own settings overrides (``dspy.context``), so it
+reaches every place DSPy runs a predictor: worker threads of ``dspy.Parallel``,
+``module.batch`` and ``ParallelExecutor`` (which copy those overrides), async tasks,
+the per-attempt copies that ``dspy.Refine``/``dspy.BestOfN`` make, and concurrent runs
+never see each other's control.
+
+Replay is keyed by (predictor, inputs, occurrence), not by position, so it survives
+threads inside the program: a call of a predictor that ran before the hinted one gets
+back the live ``Prediction`` it returned in this process (types intact) or, after a
+resume, one rebuilt from the signature's output types; a call that cannot be replayed
+runs live and is counted.
+
+A run may also name a :class:`Reference`: an earlier run of the same example. Calls of
+predictors whose instruction and hint are the same in both runs, with the same inputs,
+reuse that run's answers instead of calling the LM again; a run whose program output
+comes out equal to the reference's takes the reference's score without calling the
+metric (it is not a metric call). Under a deterministic LM and metric this is exactly
+what the full run would give, at the price of only the calls whose inputs changed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import copy
+import functools
+import logging
+import threading
+import traceback
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import dspy
+import pydantic
+from dspy.signatures.signature import ensure_signature
+
+from ..runtime.jsonable import digest, to_jsonable
+from ..runtime.retries import RetryPolicy, error_kind, is_transient
+from ..runtime.usage import empty_usage, track
+from .metric import Metric, MetricError, check_score_range
+from .program_state import ProgramState, as_examples
+from .runs import Outcome, Reference, Step
+
+logger = logging.getLogger("dspy_agentgrad")
+
+
+HINT_HEADER = "Hint for this example only (use it to produce a correct output):"
+HINT_FIELD = "example_hint"  # not dspy.Refine's "hint_": Refine overwrites that one with its own advice
+HINT_FIELD_DESC = "a hint for this example only: use it to produce a correct output"
+HINT_DELIVERIES = ("input_field", "instruction")
+CONTROL_KEY = "agentgrad_run"
+_NAME_ATTR = "_agentgrad_name"
+
+
+class ProgramBug(RuntimeError):
+    """The program raised the same error of its own (not an LM error) on each of its first runs."""
+
+
+def _inputs_key(name: str, inputs: dict[str, Any]) -> str:
+    return f"{name}:{digest(inputs)}"
+
+
+class RunControl:
+    """Per-run state shared by every thread the run uses; all mutation under one lock."""
+
+    def __init__(
+        self,
+        instructions: ProgramState,
+        hints: dict[str, str] | None = None,
+        replay: Iterable[Step] = (),
+        reuse: Iterable[Step] = (),
+    ):
+        """``instructions``: the program to run (instructions and added demonstrations); ``replay``: calls that
+        must be replayed (a miss is counted); ``reuse``: calls that may be."""
+        self.instructions = instructions
+        self.hints = dict(hints or {})
+        replay, reuse = list(replay), list(reuse)
+        self._lock = threading.Lock()
+        self._replay: dict[str, list[Step]] = defaultdict(list)
+        for step in replay + reuse:
+            self._replay[_inputs_key(step.name, step.inputs)].append(step)
+        self.replay_names = frozenset(step.name for step in replay)
+        self.reuse_names = frozenset(step.name for step in reuse)
+        self._next_call: dict[str, int] = defaultdict(int)
+        self._sequence = 0
+        self._recorded: list[tuple[int, Step]] = []
+        self.replay_misses = 0
+        self.predictor_errors: list[BaseException] = []
+
+    def start_call(self, name: str) -> tuple[int, int]:
+        """A run-wide sequence number and this predictor's call number."""
+        with self._lock:
+            sequence, call = self._sequence, self._next_call[name]
+            self._sequence += 1
+            self._next_call[name] += 1
+        return sequence, call
+
+    def take_replay(self, name: str, inputs: dict[str, Any]) -> Step | None:
+        """The recorded call to hand back for this predictor and inputs, if one is left."""
+        with self._lock:
+            queue = self._replay.get(_inputs_key(name, inputs))
+            return queue.pop(0) if queue else None
+
+    def record(self, sequence: int, step: Step) -> None:
+        """Keep a finished call, by its start order (threads may finish out of order)."""
+        with self._lock:
+            self._recorded.append((sequence, step))
+
+    def missed_replay(self) -> None:
+        """Count a call that should have been replayed but ran live (reported per run)."""
+        with self._lock:
+            self.replay_misses += 1
+
+    def predictor_error(self, error: BaseException) -> None:
+        """Keep an error a predictor raised, to tell the program's own bugs from LM errors."""
+        with self._lock:
+            self.predictor_errors.append(error)
+
+    def steps(self) -> list[Step]:
+        """The run's calls in start order."""
+        with self._lock:
+            return [step for _, step in sorted(self._recorded, key=lambda pair: pair[0])]
+
+
+def hinted_instruction(instruction: str, hint: str) -> str:
+    """An instruction with the hint appended (``hint_delivery='instruction'``)."""
+    return f"{instruction}\n\n{HINT_HEADER}\n{hint}"
+
+
+@functools.lru_cache(maxsize=4096)
+def instructed(signature: type[dspy.Signature], instruction: str, hint_field: bool = False) -> type[dspy.Signature]:
+    """``signature`` under ``instruction`` (plus the hint input field), built once per pair.
+
+    Building a signature class is a pydantic model construction; doing it on every predictor
+    call cost more CPU than the rest of the orchestration together.
+    """
+    built = signature.with_instructions(instruction)
+    if hint_field and HINT_FIELD not in built.input_fields:
+        built = built.append(HINT_FIELD, dspy.InputField(desc=HINT_FIELD_DESC), str)
+    return built
+
+
+def hinted_call(signature: type[dspy.Signature], instruction: str, hint: str, delivery: str, kwargs: dict):
+    """The signature and inputs of a hinted call.
+
+    ``input_field`` passes the hint as an extra input field next to the step's inputs (the way
+    ``dspy.Refine`` passes its advice, under a name of its own so both reach a predictor inside
+    a ``Refine``); ``instruction`` appends it to the instruction.
+    """
+    if delivery == "instruction":
+        return signature.with_instructions(hinted_instruction(instruction, hint)), kwargs
+    return instructed(signature, instruction, hint_field=True), {**kwargs, HINT_FIELD: hint}
+
+
+def rebuild_prediction(signature: type[dspy.Signature], outputs: dict[str, Any]) -> dspy.Prediction:
+    """A Prediction from journaled (JSON) outputs, each field validated back to its declared type."""
+    values = {}
+    for key, value in outputs.items():
+        declared = signature.output_fields.get(key)
+        annotation = declared.annotation if declared is not None else Any
+        values[key] = pydantic.TypeAdapter(annotation).validate_python(value)
+    return dspy.Prediction(**values)
+
+
+def _replayed(predictor: dspy.Predict, step: Step) -> dspy.Prediction | None:
+    if step.prediction is not None:
+        try:
+            return copy.deepcopy(step.prediction)
+        except Exception:  # an output type that cannot be copied: hand back the object itself
+            return step.prediction
+    try:
+        return rebuild_prediction(predictor.signature, step.outputs)
+    except (pydantic.ValidationError, TypeError, ValueError):
+        return None
+
+
+class _Call:
+    """One intercepted predictor call: replay it, or run it under the run's instructions and hint."""
+
+    def __init__(self, predictor: dspy.Predict, delivery: str, kwargs: dict):
+        self.predictor = predictor
+        self.name = getattr(predictor, _NAME_ATTR)
+        self.control: RunControl = dspy.settings.get(CONTROL_KEY)
+        self.inputs = {k: to_jsonable(v) for k, v in kwargs.items() if k in predictor.signature.input_fields}
+        self.sequence, self.call = self.control.start_call(self.name)
+        self.kwargs = kwargs
+        self.delivery = delivery
+
+    def replay(self) -> dspy.Prediction | None:
+        strict = self.name in self.control.replay_names
+        if not strict and self.name not in self.control.reuse_names:
+            return None
+        step = self.control.take_replay(self.name, self.inputs)
+        prediction = _replayed(self.predictor, step) if step is not None else None
+        if prediction is None:
+            if strict:
+                self.control.missed_replay()
+            return None
+        trace = dspy.settings.trace
+        if trace is not None:
+            trace.append((self.predictor, dict(self.kwargs), prediction))
+        return self.finish(prediction)
+
+    def live_kwargs(self) -> dict:
+        """The call's own keyword arguments (``config``, ``lm``, ``demos`` kept) under the run's
+        instruction, with the hint when this predictor is hinted, and the run's added demonstrations after
+        the call's own."""
+        kwargs = dict(self.kwargs)
+        added = self.control.instructions.demos_of(self.name)
+        if added:
+            kwargs["demos"] = list(kwargs.get("demos") or self.predictor.demos) + as_examples(added)
+        base = ensure_signature(kwargs.pop("signature", self.predictor.signature))
+        instruction = self.control.instructions[self.name]
+        hint = self.control.hints.get(self.name)
+        if hint:
+            signature, inputs = hinted_call(base, instruction, hint, self.delivery, kwargs)
+            return {**inputs, "signature": signature}
+        return {**kwargs, "signature": instructed(base, instruction)}
+
+    def failed(self, error: BaseException) -> None:
+        self.control.predictor_error(error)
+
+    def finish(self, prediction: Any) -> Any:
+        outputs = to_jsonable(dict(prediction.items())) if hasattr(prediction, "items") else {}
+        self.control.record(self.sequence, Step(self.name, self.inputs, outputs, self.call, prediction))
+        return prediction
+
+
+def _intercepted_forward(self: dspy.Predict, **kwargs):
+    if dspy.settings.get(CONTROL_KEY) is None:
+        return type(self).forward(self, **kwargs)
+    call = _Call(self, self._agentgrad_delivery, kwargs)
+    replayed = call.replay()
+    if replayed is not None:
+        return replayed
+    try:
+        return call.finish(type(self).forward(self, **call.live_kwargs()))
+    except Exception as error:
+        call.failed(error)
+        raise
+
+
+async def _intercepted_aforward(self: dspy.Predict, **kwargs):
+    if dspy.settings.get(CONTROL_KEY) is None:
+        return await type(self).aforward(self, **kwargs)
+    call = _Call(self, self._agentgrad_delivery, kwargs)
+    replayed = call.replay()
+    if replayed is not None:
+        return replayed
+    try:
+        return call.finish(await type(self).aforward(self, **call.live_kwargs()))
+    except Exception as error:
+        call.failed(error)
+        raise
+
+
+def _intercept(predictor: dspy.Predict, name: str, delivery: str) -> None:
+    """Route the predictor's calls through the run control.
+
+    The hooks are bound methods of the predictor itself, so a ``deepcopy`` of the
+    program (``Refine``/``BestOfN`` copy it per attempt and set that copy's LM) rebinds
+    them to the copy and keeps its per-attempt LM settings.
+    """
+    setattr(predictor, _NAME_ATTR, name)
+    predictor._agentgrad_delivery = delivery
+    predictor.forward = _intercepted_forward.__get__(predictor)
+    predictor.aforward = _intercepted_aforward.__get__(predictor)
+
+
+def _is_async(program: dspy.Module) -> bool:
+    """True for a program that defines ``aforward`` but no ``forward`` (run it with ``acall``)."""
+    return getattr(type(program), "forward", None) is None and getattr(type(program), "aforward", None) is not None
+
+
+def _run_async(program: dspy.Module, inputs: dict) -> Any:
+    """Run an async-only program to completion in a fresh event loop on a helper thread
+    (the caller may already be inside an event loop, e.g. a notebook)."""
+    context = contextvars.copy_context()
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(context.run, asyncio.run, program.acall(**inputs)).result()
+
+
+def check_first_runs(outcomes: list[Outcome]) -> None:
+    """Stop when every one of the program's first runs raised the same error of the program's own."""
+    errors = {o.error for o in outcomes}
+    if outcomes and len(errors) == 1 and (outcomes[0].error or "").startswith("program:"):
+        raise ProgramBug(
+            f"the program raised {outcomes[0].error.split(':', 1)[1]} on each of its first {len(outcomes)} runs, "
+            f"outside any LM call (a bug in forward, or example inputs that do not match it): "
+            f"{outcomes[0].feedback}"
+        )
+
+
+def _raised_in_predictor(error: BaseException, predictor_errors: list[BaseException]) -> bool:
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        if any(current is known for known in predictor_errors):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
+
+
+class ProgramRunner:
+    """Runs a private copy of the user's program under chosen instructions.
+
+    Program errors (LM failures, parse failures) are retried when transient and
+    otherwise scored as a failure (score 0) with the error recorded; they never
+    count as a success. An error the program raises outside any predictor call is
+    counted as ``program:<Type>``. A metric that raises scores ``failure_score``
+    (transient metric errors are retried first); one that returns a non-score raises
+    :class:`MetricError` at once.
+    """
+
+    def __init__(
+        self,
+        student: dspy.Module,
+        metric: Metric,
+        task_model: Any = None,
+        retry: RetryPolicy | None = None,
+        hint_delivery: str = "input_field",
+        max_score: float | None = None,
+        failure_score: float = 0.0,
+    ):
+        self.program = student.deepcopy()
+        self.max_score = max_score
+        self.metric = metric
+        self.task_model = task_model
+        self.retry = retry or RetryPolicy()
+        self.failure_score = failure_score
+        self.is_async = _is_async(self.program)
+        self._metric_error_logged = False
+        self._lock = threading.Lock()
+        for name, predictor in self.program.named_predictors():
+            _intercept(predictor, name, hint_delivery)
+
+    def run(
+        self,
+        example: dspy.Example,
+        instructions: Mapping[str, str],
+        *,
+        hints: dict[str, str] | None = None,
+        replay: Iterable[Step] = (),
+        reference: Reference | None = None,
+    ) -> Outcome:
+        """One scored run; ``replay``: calls that must be replayed; ``reference``: an earlier run to reuse."""
+        attempt = 0
+        total_usage = empty_usage()
+        replay = list(replay)
+        reuse = reference.reusable_steps(replay) if reference is not None else []
+        while True:
+            attempt += 1
+            control = RunControl(ProgramState.of(instructions), hints, replay, reuse)
+            lm = {"lm": self.task_model} if self.task_model else {}
+            try:
+                with track() as usage, dspy.context(trace=[], **{CONTROL_KEY: control}, **lm):
+                    if self.is_async:
+                        prediction = _run_async(self.program, example.inputs())
+                    else:
+                        prediction = self.program(**example.inputs())
+                error = None
+            except Exception as exc:  # LM errors, parse failures: scored as failure, never as success
+                prediction, error = None, exc
+            for key in total_usage:
+                total_usage[key] += usage[key]
+            if error is not None and is_transient(error) and attempt < self.retry.attempts:
+                self.retry.wait(attempt, error)
+                continue
+            steps = control.steps()
+            if error is not None:
+                kind = error_kind(error)
+                if not _raised_in_predictor(error, control.predictor_errors) and not is_transient(error):
+                    kind = "program:" + type(error).__name__
+                outcome = Outcome(0.0, f"The program failed: {kind}: {error}", kind, steps, {}, total_usage, attempt)
+            else:
+                outcome = self._score(example, prediction, steps, total_usage, attempt, reference)
+            outcome.replay_misses = control.replay_misses
+            return outcome
+
+    def _score(self, example, prediction, steps, total_usage, attempts, reference=None) -> Outcome:
+        outputs = (
+            to_jsonable(dict(prediction.items()))
+            if hasattr(prediction, "items")
+            else {"output": to_jsonable(prediction)}
+        )
+        known = reference.outcome if reference is not None else None
+        if known is not None and known.error is None and outputs == known.outputs:
+            return Outcome(known.score, known.feedback, None, steps, outputs, total_usage, attempts, scored=False)
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                with track() as usage:
+                    result = self.metric(example, prediction)
+                error = None
+            except MetricError:
+                raise
+            except Exception as exc:
+                error = exc
+            for key in total_usage:  # an LLM-judge metric's own LM calls
+                total_usage[key] += usage[key]
+            if error is None:
+                if self.max_score is not None:
+                    check_score_range(result.score, self.max_score, example)
+                return Outcome(result.score, result.feedback, None, steps, outputs, total_usage, attempts)
+            if is_transient(error) and attempt < self.retry.attempts:
+                self.retry.wait(attempt, error)
+                continue
+            self._log_metric_error(error)
+            kind = "metric:" + type(error).__name__
+            return Outcome(
+                self.failure_score, f"The metric failed: {error}", kind, steps, outputs, total_usage, attempts
+            )
+
+    def _log_metric_error(self, error: BaseException) -> None:
+        with self._lock:
+            if self._metric_error_logged:
+                return
+            self._metric_error_logged = True
+        logger.warning(
+            "the metric raised; such runs score failure_score=%s and are counted (first traceback only):\n%s",
+            self.failure_score,
+            "".join(traceback.format_exception(error)),
+        )

@@ -1,0 +1,1 @@
+"""What a run tells people: the result, report.html, progress and snapshots, MLflow tracking, cost estimates."""

@@ -1,0 +1,259 @@
+"""The optimizer's LM calls: gradient extraction, gradient abstraction, instruction rewriting.
+
+Each call is retried on failure and, if it keeps failing, skipped: the caller
+gets ``None`` and the failure is counted. Results are memoized like program
+runs, so a resumed run does not pay for them again.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import dspy
+
+from ..core.clustering import GradientGroup, normalize_clusters
+from ..runtime.budget import Budget, worst_case_usage
+from ..runtime.jsonable import digest, to_jsonable
+from ..runtime.paid_work import PaidWork
+from ..runtime.parallel import current_batch
+from ..runtime.retries import RetryPolicy, error_kind, is_transient
+from ..runtime.store import Memo
+from ..runtime.usage import UsageLedger, empty_usage, track
+from .instruction_proposer import InstructionProposer, RewriteRequest, checked_instruction
+from .signatures import (
+    AbstractGradients,
+    ExtractGradient,
+    ExtractSystemGradient,
+    RewriteInstruction,
+    SummarizeGradients,
+)
+
+logger = logging.getLogger("dspy_agentgrad")
+
+MAX_FIELD_CHARS = 12000
+
+
+def format_fields(values: dict[str, Any], max_chars: int = MAX_FIELD_CHARS) -> str:
+    """``name: value`` lines, each value cut to ``max_chars`` to keep prompts bounded."""
+    lines = []
+    for name, value in values.items():
+        text = value if isinstance(value, str) else str(to_jsonable(value))
+        if len(text) > max_chars:
+            text = text[:max_chars] + " [...]"
+        lines.append(f"{name}: {text}")
+    return "\n".join(lines)
+
+
+@dataclass
+class StepRole:
+    """What the prompt LM is told about a step's place in the program."""
+
+    signature: str  # this step's fields
+    program_steps: str  # every step in execution order, with its fields
+
+
+def numbered(texts: list[str]) -> str:
+    """Texts numbered from 0, as the aggregator role refers to them."""
+    return "\n".join(f"[{i}] {t}" for i, t in enumerate(texts))
+
+
+class Proposer:
+    """The optimizer's LM roles; each call is paid once (journaled), retried, and metered against the budget."""
+
+    def __init__(
+        self,
+        prompt_model: Any,
+        memo: Memo,
+        budget: Budget,
+        ledger: UsageLedger,
+        retry: RetryPolicy,
+        price: Callable[[dict], float] | None = None,
+        max_field_chars: int = MAX_FIELD_CHARS,
+        instruction_proposer: InstructionProposer | None = None,
+        embedder: Callable[[list[str]], Any] | None = None,
+    ):
+        self.prompt_model = prompt_model
+        self.instruction_proposer = instruction_proposer
+        self.embedder = embedder
+        self.price = price
+        self.work: PaidWork[dict] = PaidWork(memo, dict, dict)
+        self.budget = budget
+        self.ledger = ledger
+        self.retry = retry
+        self.max_field_chars = max_field_chars
+        self.failures: Counter[str] = Counter()
+        self._lock = threading.Lock()
+
+    def _call(self, role: str, signature: type[dspy.Signature], inputs: dict[str, Any]) -> dict | None:
+        key = f"role:{signature.__name__}:{digest(inputs)}"
+        capped = self.budget.max_prompt_tokens is not None or self.budget.max_prompt_cost is not None
+        bound = worst_case_usage(self.prompt_model, signature, inputs) if capped else None  # formats the prompt
+        return self._settle(role, key, lambda: self._predict(signature, inputs), bound)
+
+    def _predict(self, signature: type[dspy.Signature], inputs: dict[str, Any]) -> dict:
+        with dspy.context(lm=self.prompt_model, trace=None):
+            prediction = dspy.Predict(signature)(**inputs)
+        return to_jsonable(dict(prediction.items()))
+
+    def _settle(
+        self, role: str, key: str, produce: Callable[[], dict], bound: dict[str, int] | None = None
+    ) -> dict | None:
+        """Outputs of a journaled, counted, retried call of ``produce``; None when it kept failing.
+
+        ``bound`` is the call's worst-case usage, reserved against the prompt-LM caps before it
+        starts and settled at what it really used.
+        """
+        reservation = None
+        if bound is not None and self.work.pending([key]):
+            reservation = self.budget.reserve(
+                key, sum(bound.values()), self.price(bound) if self.price else 0.0, current_batch()
+            )
+        try:
+            record, new = self.work.settle(key, lambda: self._ask(produce))
+        except BaseException:
+            self.budget.settle(reservation, 0)
+            raise
+        usage = record["usage"] if new else empty_usage()
+        self.budget.settle(
+            reservation,
+            usage["prompt_tokens"] + usage["completion_tokens"],
+            self.price(usage) if new and self.price else 0.0,
+        )
+        if new:
+            self.ledger.add("prompt", role, usage)
+            with self._lock:
+                if record["outputs"] is None:
+                    self.failures[role] += 1
+                for kind in record.get("errors", []):
+                    self.failures[f"{role}:{kind}"] += 1
+            if record["outputs"] is None:
+                logger.warning("the %s role failed (%s); skipping it", role, ", ".join(record.get("errors", [])))
+        return record["outputs"]
+
+    def _ask(self, produce: Callable[[], dict]) -> dict:
+        usage, errors = empty_usage(), []
+        for attempt in range(1, self.retry.attempts + 1):
+            try:
+                with track() as used:
+                    outputs = produce()
+                error = None
+            except Exception as exc:
+                outputs, error = None, exc
+            for k in usage:
+                usage[k] += used[k]
+            if error is None:
+                return {"outputs": outputs, "usage": usage, "errors": errors}
+            errors.append(error_kind(error))
+            if attempt < self.retry.attempts and is_transient(error):
+                self.retry.wait(attempt, error)
+        return {"outputs": None, "usage": usage, "errors": errors}
+
+    def fields(self, values: dict[str, Any]) -> str:
+        """Field values as prompt text, each cut to ``max_field_chars``."""
+        return format_fields(values, self.max_field_chars)
+
+    def gradient(
+        self, role: StepRole, instruction: str, step_inputs: dict, original: dict, corrected: dict
+    ) -> str | None:
+        """Step 3 with agent supervision: what the predictor should change, from its output and the corrected one."""
+        out = self._call(
+            "gradient",
+            ExtractGradient,
+            {
+                "program_steps": role.program_steps,
+                "step_signature": role.signature,
+                "current_instruction": instruction,
+                "step_inputs": self.fields(step_inputs),
+                "original_output": self.fields(original),
+                "corrected_output": self.fields(corrected),
+            },
+        )
+        return (out or {}).get("gradient") or None
+
+    def system_gradient(
+        self, instruction: str, program_inputs: dict, program_output: dict, expected: str
+    ) -> str | None:
+        """Step 3 without a pseudo-label: a gradient from the program's output and the expected one."""
+        out = self._call(
+            "gradient",
+            ExtractSystemGradient,
+            {
+                "current_instruction": instruction,
+                "program_inputs": self.fields(program_inputs),
+                "program_output": self.fields(program_output),
+                "expected": expected,
+            },
+        )
+        return (out or {}).get("gradient") or None
+
+    def abstract(self, instruction: str, gradients: list[str], minimum: int) -> list[GradientGroup] | None:
+        """Groups of gradients with their generalized gradient; None when the call failed. The aggregator
+        is told ``minimum``, the fewest members a cluster needs this round, and asked to merge related
+        corrections to reach it."""
+        out = self._call(
+            "abstract",
+            AbstractGradients,
+            {"current_instruction": instruction, "gradients": numbered(gradients), "min_cluster_size": minimum},
+        )
+        if out is None:
+            return None
+        raw = [
+            (c.get("members", []), c.get("generalized_gradient", ""))
+            for c in out.get("clusters") or []
+            if isinstance(c, dict)
+        ]
+        clusters = normalize_clusters(raw, len(gradients))
+        return clusters or None
+
+    def summarize(self, instruction: str, gradients: list[str]) -> str | None:
+        """One generalized gradient for a group of gradients (TF-IDF or embedding clustering)."""
+        out = self._call(
+            "abstract", SummarizeGradients, {"current_instruction": instruction, "gradients": numbered(gradients)}
+        )
+        return (out or {}).get("generalized_gradient") or None
+
+    def rewrite(self, request: RewriteRequest) -> str | None:
+        """A new instruction from the rewrite role, or from the user's ``instruction_proposer``."""
+        if self.instruction_proposer is not None:
+            out = self._settle(
+                "rewrite",
+                f"role:instruction_proposer:{digest(asdict(request))}",
+                lambda: {"new_instruction": checked_instruction(self.instruction_proposer(request))},
+            )
+        else:
+            shown = [
+                f"Case {i + 1}\ninputs:\n{self.fields(inputs)}\noriginal output:\n{self.fields(original)}\n"
+                f"corrected output:\n{self.fields(corrected)}"
+                for i, (inputs, original, corrected) in enumerate(request.examples)
+            ]
+            out = self._call(
+                "rewrite",
+                RewriteInstruction,
+                {
+                    "step_signature": request.step_signature,
+                    "current_instruction": request.current_instruction,
+                    "feedback": request.generalized_gradient,
+                    "examples": "\n\n".join(shown) or "(none)",
+                    "rejected_rewrites": numbered(request.rejected) or "(none)",
+                    "max_instruction_chars": request.max_chars,
+                },
+            )
+        text = ((out or {}).get("new_instruction") or "").strip()
+        return text or None
+
+    def embed(self, texts: list[str]) -> list[list[float]] | None:
+        """One embedding vector per text from ``embedder``; None when it kept failing."""
+
+        def vectors() -> dict:
+            rows = [[float(x) for x in row] for row in self.embedder(list(texts))]
+            if len(rows) != len(texts):
+                raise ValueError(f"the embedder returned {len(rows)} vectors for {len(texts)} texts")
+            return {"vectors": rows}
+
+        out = self._settle("embed", f"embed:{digest(list(texts))}", vectors)
+        return (out or {}).get("vectors")
