@@ -6,7 +6,7 @@ import json
 
 import dspy
 import pytest
-from world import Pipeline, World, feedback_metric, make_data, world_lm
+from world import Pipeline, World, counted, feedback_metric, make_data, world_lm
 
 from dspy_agentgrad import AgentGrad
 from dspy_agentgrad.program.evaluation import state_key
@@ -14,16 +14,6 @@ from dspy_agentgrad.program.program_state import ProgramState
 from dspy_agentgrad.runtime.jsonable import digest
 
 FAST = dict(auto=None, retry_backoff_s=0, progress=False)
-
-
-def counted(metric_fn):
-    calls = []
-
-    def wrapped(gold, pred, trace=None, pred_name=None, pred_trace=None):
-        calls.append(1)
-        return metric_fn(gold, pred, trace, pred_name, pred_trace)
-
-    return wrapped, calls
 
 
 def data():

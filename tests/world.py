@@ -78,6 +78,17 @@ def feedback_metric(gold, pred, trace=None, pred_name=None, pred_trace=None):
     )
 
 
+def counted(metric_fn):
+    """``metric_fn`` wrapped to count its calls (the list it returns gets one entry per call)."""
+    calls = []
+
+    def wrapped(gold, pred, trace=None, pred_name=None, pred_trace=None):
+        calls.append(1)
+        return metric_fn(gold, pred, trace, pred_name, pred_trace)
+
+    return wrapped, calls
+
+
 def partial_metric(example, pred, trace=None):
     """Full credit for the answer, half credit for the right keyword alone."""
     if getattr(pred, "answer", None) == example.answer:
