@@ -27,6 +27,7 @@ PRESETS = {
     },
 }
 VAL_ACCEPTANCE = ("strict", "non_decreasing")
+CANDIDATE_KINDS = ("instructions", "demos", "both")
 
 
 def auto_budget(auto: str, n_predictors: int, n_val: int) -> int:
@@ -128,6 +129,8 @@ class AgentGradConfig:
     speculate: bool = True
     validate_together: bool = True
     preset: str | None = None
+    candidates: str = "instructions"
+    max_demos: int = 3
 
     @classmethod
     def from_options(cls, **options: Any) -> AgentGradConfig:
@@ -201,12 +204,21 @@ class AgentGradConfig:
             raise ValueError(f"label_fields must be a sequence of field names or None; got {self.label_fields!r}")
         if self.val_acceptance not in VAL_ACCEPTANCE:
             raise ValueError(f"val_acceptance must be one of {VAL_ACCEPTANCE}; got {self.val_acceptance!r}")
+        if self.candidates not in CANDIDATE_KINDS:
+            raise ValueError(
+                f"candidates must be one of {CANDIDATE_KINDS} (instruction rewrites as in the paper, demonstrations "
+                f"from pseudo-labels, or both); got {self.candidates!r}"
+            )
+        check_int("max_demos", self.max_demos, 1)
 
     def fingerprint(self) -> dict:
         """The options that change decisions (not threads, logging or stats)."""
         data = asdict(self)
         for key in ("num_threads", "track_stats", "retry_backoff_s", "resume_despite", "use_mlflow"):
             data.pop(key)
+        if self.candidates == "instructions":  # as before demonstrations existed: older runs still resume
+            data.pop("candidates")
+            data.pop("max_demos")
         data["cluster_schedule"] = list(self.cluster_schedule)
         if self.optimize_predictors is not None:
             data["optimize_predictors"] = list(self.optimize_predictors)

@@ -33,6 +33,7 @@ from .identity import adapter_identity, check_lm, lm_identity, metric_identity, 
 from .program.evaluation import Evaluator
 from .program.hints import default_hint
 from .program.metric import Metric
+from .program.program_state import apply_state
 from .program.tracing import ProgramRunner
 from .reporting.estimate import SAMPLE_SIZE, Estimate, RunSoFar, SampleStats, StartEstimate, build_estimate
 from .reporting.observers import ProgressBar, RunLog, StateSnapshot
@@ -54,14 +55,6 @@ from .runtime.usage import UsageLedger
 logger = logging.getLogger("dspy.agentgrad")
 
 FORMAT_VERSION = 2  # 2: the fingerprint holds the metric, the LMs and the prompts
-
-
-def _with_instructions(student: dspy.Module, instructions: dict[str, str]) -> dspy.Module:
-    """A copy of ``student`` with these instructions (the user's program stays as it is)."""
-    program = student.deepcopy()
-    for name, predictor in program.named_predictors():
-        predictor.signature = predictor.signature.with_instructions(instructions[name])
-    return program
 
 
 def _alias(name: str, value: Any, gepa_name: str, gepa_value: Any) -> Any:
@@ -504,7 +497,7 @@ class AgentGrad(Teleprompter):
         ]
         if self.config.use_mlflow or autolog_logs_compiles():
             task, prompt = self._lms()
-            optimized = lambda r: _with_instructions(student, r.final_instructions)  # noqa: E731
+            optimized = lambda r: apply_state(student, r.final_state())  # noqa: E731
             observers.append(MlflowTracker(options, {"task": task, "prompt": prompt}, snapshot, optimized))
         if self.wandb.enabled:
             observers.append(WandbTracker(self.wandb, options, snapshot))
@@ -534,7 +527,7 @@ class AgentGrad(Teleprompter):
         unchanged = outcome.why_unchanged()
         if unchanged:
             logger.warning("AgentGrad returns the program unchanged: %s", unchanged)
-        program = _with_instructions(student, outcome.final_instructions)
+        program = apply_state(student, outcome.final_state())
         if self.config.track_stats:
             program.detailed_results = outcome
         if self.log_dir is not None:

@@ -6,7 +6,18 @@ import json
 
 import dspy
 import pytest
-from world import Pipeline, World, dumps, feedback_metric, instructions, make_data, metric, partial_metric, world_lm
+from world import (
+    Pipeline,
+    World,
+    counted,
+    dumps,
+    feedback_metric,
+    instructions,
+    make_data,
+    metric,
+    partial_metric,
+    world_lm,
+)
 
 from dspy_agentgrad import AgentGrad, AgentGradResult, MetricError, auto_budget, default_hint
 from dspy_agentgrad.testing import fake_lm
@@ -24,16 +35,6 @@ def world():
     w = World()
     dspy.configure(lm=world_lm(w))
     return w
-
-
-def counted(metric_fn):
-    calls = []
-
-    def wrapped(gold, pred, trace=None, pred_name=None, pred_trace=None):
-        calls.append(1)
-        return metric_fn(gold, pred, trace, pred_name, pred_trace)
-
-    return wrapped, calls
 
 
 # ---- steps 1-2: attribution ---------------------------------------------------------------------

@@ -167,3 +167,26 @@ def test_a_task_token_budget_caps_agentgrad_and_stops_gepa(monkeypatch, tmp_path
     assert spent["agentgrad"][0] <= cap and spent["agentgrad"][1] < 2000
     # GEPA stops by tokens, not by metric calls, checked between iterations: at or a little past the cap
     assert spent["gepa"][1] < 2000 and cap <= spent["gepa"][0] <= 1.2 * cap
+
+
+def test_a_demonstration_of_a_correct_output_on_a_case_with_the_defect_repairs_half_the_cases():
+    world = SyntheticWorld(0, 0)
+    bench = load_benchmark(train=10, val=200, test=10, seed=0)
+    profile = bench.info["val_profile"]["defects"]
+    target = max((d for d in profile if d.startswith("note0")), key=profile.get)
+    carriers = [
+        ex
+        for ex in bench.valset
+        if any(f"note0-{'ab'[b % 2]}" == target for b in decode_ticket(ex.question)[1] if b < 2)
+    ]
+    teacher, cases = carriers[0], carriers[1:]
+    good = {"question": teacher.question, "note0": "key=k00000 (checked at step 0)"}
+    broken = {"question": teacher.question, "note0": f"key=? (SYM-{target})"}
+
+    def repaired(demos):
+        outputs = [world.task(FakeCall("", "", "", {"question": ex.question}, ["note0"], demos)) for ex in cases]
+        return sum("SYM-" not in out["note0"] for out in outputs)
+
+    alone = repaired([])
+    assert alone < repaired([good]) < len(cases)  # some, not all: a demonstration teaches by analogy
+    assert repaired([broken]) == alone  # a demonstration of the broken output teaches nothing

@@ -41,7 +41,7 @@ def make_reader(examples):
 
 def test_demo_runs_end_to_end_and_reports(tmp_path, capsys):
     lm = fake_lm(make_reader([e for split in demo_task.load_demo_data(6, 6, 8) for e in split]))
-    settings = DemoSettings(n_train=6, n_val=6, n_test=8, max_metric_calls=80)
+    settings = DemoSettings(n_train=6, n_val=6, n_test=8, max_metric_calls=80, candidates="instructions")
     summary = run_demo(lm, lm, settings, out=tmp_path)
     printed = capsys.readouterr().out
     assert "Held-out score (token F1, 8 examples)" in printed and "Blamed" in printed and "Tried" in printed
@@ -56,6 +56,33 @@ def test_demo_runs_end_to_end_and_reports(tmp_path, capsys):
     assert [p["kind"] for p in summary["validations"]][:2] == ["start", "kept"]
     assert "KEPT" in printed and "answer: " in printed
     assert (tmp_path / "agentgrad" / "result.json").exists()
+
+
+def test_demo_keeps_demonstrations_a_reader_follows(tmp_path, capsys):
+    """A reader that ignores instructions but answers tersely once shown a terse answer in a demonstration."""
+    examples = [e for split in demo_task.load_demo_data(6, 6, 8) for e in split]
+    gold = {(e.question, e.evidence): e.answer for e in examples}
+    evidence = {(e.question, e.passage): e.evidence for e in examples}
+
+    def reader(call: FakeCall):
+        if "current_instruction" in call.inputs:
+            raise AssertionError("demonstrations need no prompt-LM call")
+        if "evidence" in call.output_fields:
+            return {"evidence": evidence[(call.inputs["question"], call.inputs["passage"])]}
+        shown = any(len(d.get("answer", "").split()) <= 2 for d in call.demos)
+        if shown or call.hint is not None:
+            return {"answer": gold[(call.inputs["question"], call.inputs["evidence"])]}
+        return {"answer": call.inputs["evidence"]}
+
+    lm = fake_lm(reader)
+    settings = DemoSettings(n_train=6, n_val=6, n_test=8, max_metric_calls=80, candidates="demos")
+    summary = run_demo(lm, lm, settings, out=tmp_path)
+    printed = capsys.readouterr().out
+    assert summary["test_score"]["optimized"] == 1.0 > summary["test_score"]["baseline"]
+    kept = [c for c in summary["candidates"] if c["accepted"]]
+    assert kept and kept[0]["kind"] == "demos" and kept[0]["predictor"] == "answer"
+    assert summary["final_demos"]["answer"] and summary["final_instructions"] == summary["initial_instructions"]
+    assert "answer, demonstrations, cluster of" in printed and "demonstration(s) from its pseudo-labels" in printed
 
 
 def test_demo_picture_is_written(tmp_path):

@@ -23,6 +23,9 @@ import dspy
 from dspy_agentgrad.testing import FakeCall, fake_lm
 
 FIELD_TO_PREDICTOR = {"keyword": "extract", "notes": "notes", "answer": "answer"}
+#: What a correct output of each predictor looks like (a demonstration showing one teaches the step).
+GOOD_OUTPUT = {"extract": r"id\d+", "notes": r"the answer is ans-id\d+", "answer": r"ans-id\d+"}
+PREDICTOR_FIELD = {name: field for field, name in FIELD_TO_PREDICTOR.items()}
 
 
 class Pipeline(dspy.Module):
@@ -73,6 +76,17 @@ def feedback_metric(gold, pred, trace=None, pred_name=None, pred_trace=None):
     return dspy.Prediction(
         score=float(ok), feedback="correct" if ok else f"expected {gold.answer}, got {getattr(pred, 'answer', None)}"
     )
+
+
+def counted(metric_fn):
+    """``metric_fn`` wrapped to count its calls (the list it returns gets one entry per call)."""
+    calls = []
+
+    def wrapped(gold, pred, trace=None, pred_name=None, pred_trace=None):
+        calls.append(1)
+        return metric_fn(gold, pred, trace, pred_name, pred_trace)
+
+    return wrapped, calls
 
 
 def partial_metric(example, pred, trace=None):
@@ -138,6 +152,8 @@ class World(RoleWorld):
     leaky_answer: the answerer copies the gold answer out of a hint.
     hint_follow_rate: the share of (example, predictor) pairs where a hinted faulty predictor
         follows its hint (chosen by a stable hash, so runs repeat); rewrites always work.
+    learns_from: ``"instructions"`` (a faulty predictor is repaired by its fix token) or ``"demos"``
+        (it ignores instructions and is repaired by a demonstration of a correct output of its own).
     """
 
     def __init__(
@@ -146,10 +162,12 @@ class World(RoleWorld):
         leaky_answer: bool = False,
         garbage_roles: bool = False,
         hint_follow_rate: float = 1.0,
+        learns_from: str = "instructions",
     ):
         super().__init__(overfit, garbage_roles)
         self.leaky_answer = leaky_answer
         self.hint_follow_rate = hint_follow_rate
+        self.learns_from = learns_from
 
     def fix_name(self, call: FakeCall) -> str | None:
         return FIELD_TO_PREDICTOR.get(_first_output_field(call) or "")
@@ -159,7 +177,13 @@ class World(RoleWorld):
         faulty = name in kind.split("+") or (kind == "either" and name == "notes")
         if "OVERFIT" in call.instructions and not faulty:
             return False
-        return not faulty or f"FIX-{name}" in call.instructions or (call.hint is not None and self._follows(name, call))
+        return not faulty or self._taught(name, call) or (call.hint is not None and self._follows(name, call))
+
+    def _taught(self, name: str, call: FakeCall) -> bool:
+        if self.learns_from == "instructions":
+            return f"FIX-{name}" in call.instructions
+        shown = [demo.get(PREDICTOR_FIELD[name], "") for demo in call.demos]
+        return any(re.fullmatch(GOOD_OUTPUT[name], value) for value in shown)
 
     def _follows(self, name: str, call: FakeCall) -> bool:
         return zlib.crc32(f"{name}:{call.inputs['question']}".encode()) % 1000 < self.hint_follow_rate * 1000

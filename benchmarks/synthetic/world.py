@@ -7,7 +7,9 @@ instruction lacks a defect's fix phrase (``RULE-<defect>``) breaks on the exampl
 defect: its output shows the symptom ``SYM-<defect>`` and loses the record key, so every later
 step fails too. A hinted step behaves as if its own defects were fixed on 80% of the
 (example, step) pairs, never for upstream defects. Unfixable examples fail at the last step with
-no symptom, whatever the instructions and hints.
+no symptom, whatever the instructions and hints. Demonstrations (any optimizer's) teach by
+analogy: a step shown a demonstration of a correct output of its own on a case that carried one
+of its defects behaves as if that defect were fixed on 50% of the (example, step) pairs.
 
 Prompt side: ONE rule for every optimizer's prompt calls (AgentGrad's gradient / abstraction /
 rewrite, GEPA's reflection in both of its prompt formats, MIPROv2's proposer). The rule finds the
@@ -44,6 +46,7 @@ from dspy_agentgrad.testing import FakeCall
 
 SCRAMBLE = 0x5A3C96F1
 HINT_FIX_RATE = 0.8
+DEMO_FIX_RATE = 0.5
 _TICKET = re.compile(r"ticket T([0-9a-f]+)")
 LAST_FIELD = "answer"
 _TASK_FIELD = re.compile(r"note\d+|answer")
@@ -156,12 +159,27 @@ class SyntheticWorld:
         broken = [d for d in own if f"RULE-{d}" not in call.instructions]
         if broken and call.hint is not None and stable_hash(f"{case}:{field}") % 100 < HINT_FIX_RATE * 100:
             broken = []
+        if broken and stable_hash(f"demo:{case}:{field}") % 100 < DEMO_FIX_RATE * 100:
+            shown = self._demonstrated(call.demos, field, index)
+            broken = [d for d in broken if d not in shown]
         if broken:
             shown = " ".join(symptom(d) for d in broken)
             return {field: f"unknown ({shown})" if last else f"key=? ({shown})"}
         if last:
             return {field: "unknown" if unfixable else key}
         return {field: f"key={key} (checked at step {index})"}
+
+    @staticmethod
+    def _demonstrated(demos: list[dict], field: str, index: int) -> set[str]:
+        """The defects of step ``index`` carried by the cases of demonstrations that show a correct ``field``."""
+        shown = set()
+        for demo in demos:
+            value = str(demo.get(field, ""))
+            if not value or "SYM-" in value or value.startswith(("unknown", "key=?")):
+                continue
+            _, bits, _ = decode_ticket(str(demo.get("question", "")))
+            shown |= {defect_name(field, bit % 2) for bit in bits if bit // 2 == index}
+        return shown
 
     @staticmethod
     def _resolve(question: str, case: int) -> str | None:

@@ -15,6 +15,7 @@ from ..config import AgentGradConfig
 from ..roles.proposer import Proposer, StepRole
 from ..runtime.parallel import parallel_map
 from .clustering import GradientGroup, embedding_groups, random_minibatches, tfidf_groups
+from .demonstrations import demo_of
 from .state import AttributionRecord, AttributionReport, Cluster, Gradient
 
 logger = logging.getLogger("dspy.agentgrad")
@@ -30,9 +31,17 @@ class Abstraction:
         self.rng = rng  # shared with the engine's batch sampler: one seeded stream for the run
 
     def gradients(self, report: AttributionReport, instructions: dict[str, str], round_index: int) -> list[Gradient]:
-        """Step 3: one gradient per attributed failure of a predictor that may be rewritten."""
+        """Step 3: one gradient per attributed failure of a predictor that may be rewritten. With
+        ``candidates="demos"`` no rewrite needs one: the text is the pseudo-label itself (no LM call), which
+        step 4 groups, and leaking pseudo-labels are left out (they can make no demonstration)."""
         frozen = self.config.frozen(report.order)  # blamed and reported, never rewritten: no gradient to pay for
         items = [(name, rec) for name in report.order if name not in frozen for rec in report.attributed.get(name, [])]
+        if self.config.candidates == "demos":
+            return [
+                Gradient(name, rec, f"{name} should write {self.proposer.fields(rec.corrected)}", round_index)
+                for name, rec in items
+                if demo_of(rec) is not None
+            ]
         steps = "\n".join(f"{i + 1}. {name}: {self.signatures.get(name, '')}" for i, name in enumerate(report.order))
 
         def extract(item: tuple[str, AttributionRecord]) -> str | None:
@@ -91,6 +100,8 @@ class Abstraction:
         return ready, waiting
 
     def _groups(self, instruction: str, name: str, texts: list[str], minimum: int) -> list[GradientGroup]:
+        if self.config.candidates == "demos":  # pseudo-labels, not advice: grouped by their words, no LM call
+            return [GradientGroup(members, texts[members[0]]) for members in tfidf_groups(texts)]
         if self.config.clustering == "lm":
             groups = self.proposer.abstract(instruction, texts, minimum)
             if groups is not None:

@@ -124,7 +124,8 @@ class Attributor:
                 record = self._fix_record(examples[index], outcomes[index], result, name)
                 if record is None:
                     continue
-                if self.config.leak_check and leaks_label(hints[name], record.inputs, record.corrected):
+                record.leaked = leaks_label(hints[name], record.inputs, record.corrected)
+                if self.config.leak_check and record.leaked:
                     leaked += 1
                     fallback.setdefault(index, (name, record))
                     continue
@@ -179,11 +180,8 @@ class Attributor:
             run_order = outcome.order()
             if any(t not in run_order for t in targets):
                 continue  # a target did not run for this example
-            prediction = dspy.Prediction(**outcome.outputs)
             hints = {
-                t: PLACEBOS[variant]
-                if placebo and t in placebo[0]
-                else as_hint(examples[index], self.hint_fn(examples[index], t, prediction, outcome.feedback))
+                t: PLACEBOS[variant] if placebo and t in placebo[0] else self._hint(examples[index], outcome, t)
                 for t in targets
             }
             if any(h is None for h in hints.values()):
@@ -215,6 +213,11 @@ class Attributor:
         if leaks:
             self._cumulative_leaks += 1
         return not leaks
+
+    def _hint(self, example: dspy.Example, outcome: Outcome, name: str) -> Hint | None:
+        """The hint for predictor ``name`` on the failed run ``outcome`` of ``example``."""
+        prediction = dspy.Prediction(**outcome.outputs)
+        return as_hint(example, self.hint_fn(example, name, prediction, outcome.feedback))
 
     def _fixes(self, result: Outcome, original: Outcome) -> bool:
         return result.score >= self.fix_score and result.score > original.score
@@ -282,6 +285,8 @@ class Attributor:
                 if not records:
                     continue
                 for name, record in records.items():
+                    hint = self._hint(examples[index], outcomes[index], name)
+                    record.leaked = hint is not None and leaks_label(hint, record.inputs, record.corrected)
                     attributed[name].append(record)
                 unresolved.remove(index)
 
@@ -354,19 +359,22 @@ class Attributor:
         name = order[round_index % len(order)]
         hinted = {}
         if self.config.agent_supervision:
-            hinted = {i: r for i, _, r in self._hinted(examples, outcomes, [(i, (name,)) for i in unresolved])}
+            hinted = {i: (h, r) for i, h, r in self._hinted(examples, outcomes, [(i, (name,)) for i in unresolved])}
         for index in unresolved:
             step = outcomes[index].first_step(name)
             if step is None:
                 continue
-            fixed = hinted[index].first_step(name) if index in hinted else None
+            hints, run = hinted.get(index, ({}, None))
+            fixed = run.first_step(name) if run is not None else None
+            corrected = fixed.outputs if fixed else {}
             attributed[name].append(
                 AttributionRecord(
                     examples[index],
                     step.inputs,
                     step.outputs,
-                    fixed.outputs if fixed else {},
+                    corrected,
                     outcomes[index].feedback,
                     outcomes[index].outputs,
+                    leaked=bool(corrected) and leaks_label(hints[name], step.inputs, corrected),
                 )
             )

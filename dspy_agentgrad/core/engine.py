@@ -20,8 +20,9 @@ import dspy
 
 from ..config import AgentGradConfig
 from ..program.evaluation import Evaluator
+from ..program.program_state import ProgramState
 from ..program.runs import Outcome
-from ..roles.proposer import Proposer
+from ..roles.proposer import Proposer, format_fields
 from ..runtime.budget import Budget, BudgetExhausted
 from ..runtime.jsonable import example_key
 from ..runtime.parallel import in_background, shared_threads
@@ -29,6 +30,7 @@ from .abstraction import Abstraction
 from .acceptance import Acceptance
 from .attribution import Attribution, Attributor, HintFn
 from .clustering import min_cluster_size
+from .demonstrations import added_demos
 from .events import (
     AttributionDone,
     CandidateJudged,
@@ -142,7 +144,7 @@ class RoundEngine:
         :meth:`update`'s, for one validation pass instead of one per candidate.
         """
         self.finish_validation()
-        program, records, winners = dict(self.state.instructions), [], []
+        program, records, winners = self.state.instructions, [], []
         for cluster in ready:
             if not self.acceptance.affordable(program, cluster):  # its checks and one validation pass
                 if not records:
@@ -178,7 +180,7 @@ class RoundEngine:
 
     def _validate_alone(self, record: CandidateRecord) -> None:
         """A winner of its cluster validated on the current program (after its stack lost)."""
-        candidate = {**self.state.instructions, record.predictor: record.instruction}
+        candidate = self.state.instructions.with_instruction(record.predictor, record.instruction)
         needed = self.evaluator.cost(candidate, self.valset)
         if needed > self.budget.remaining():
             raise BudgetExhausted(f"the next validation pass needs up to {needed} metric calls")
@@ -189,8 +191,8 @@ class RoundEngine:
         record.metric_calls += self.budget.metric_calls - start
 
     def _propose(
-        self, cluster: Cluster, minimum: int, program: dict[str, str]
-    ) -> tuple[CandidateRecord, dict[str, str] | None]:
+        self, cluster: Cluster, minimum: int, program: ProgramState
+    ) -> tuple[CandidateRecord, ProgramState | None]:
         """The record for ``cluster`` rewritten on ``program``, and the candidate program (None when the
         rewrite cannot be judged; the record says why)."""
         state, name = self.state, cluster.predictor
@@ -207,9 +209,41 @@ class RoundEngine:
             "on_candidate_proposed",
             CandidateProposed(state.round_index, name, len(cluster.members), cluster.text, proposal),
         )
-        return record, {**program, name: proposal}
+        return record, program.with_instruction(name, proposal)
 
-    def _install(self, candidate: dict[str, str]) -> None:
+    def update_demos(self, cluster: Cluster, minimum: int) -> CandidateRecord:
+        """Step 5 for one cluster with demonstrations: the cluster's pseudo-labels shown to its predictor
+        (no LM call; see :mod:`.demonstrations`), judged like a rewrite."""
+        self.finish_validation()
+        state, name = self.state, cluster.predictor
+        record = CandidateRecord(
+            state.round_index, name, len(cluster.members), minimum, cluster.text, state.instructions[name], None
+        )
+        record.kind = "demos"
+        demos = added_demos(
+            state.instructions.demos_of(name), [g.record for g in cluster.members], self.config.max_demos
+        )
+        if demos is None:
+            record.reason = "no new demonstration (each pseudo-label leaks or is shown already)"
+            return record
+        self.acceptance.require_affordable(cluster)
+        record.demos = demos
+        shown = f"{len(demos)} demonstration(s): " + "; ".join(
+            format_fields(d, self.config.max_field_chars) for d in demos
+        )
+        self.emit(
+            "on_candidate_proposed",
+            CandidateProposed(state.round_index, name, len(cluster.members), cluster.text, shown),
+        )
+        candidate = state.instructions.with_demos(name, demos)
+        start = self.budget.metric_calls
+        self.acceptance.judge(record, candidate, [g.record.example for g in cluster.members])
+        record.metric_calls = self.budget.metric_calls - start
+        if record.accepted:
+            self._install(candidate)
+        return record
+
+    def _install(self, candidate: ProgramState) -> None:
         """An accepted candidate becomes the current program."""
         self.state.instructions = candidate
         self.state.val_history.append((self.budget.metric_calls, self.state.best_val_score))
@@ -269,7 +303,7 @@ class RoundEngine:
         return self.state.stop_reason
 
     def _start_validation(self, background: ThreadPoolExecutor) -> None:
-        instructions = dict(self.state.instructions)
+        instructions = self.state.instructions
 
         def validate() -> list[Outcome]:
             with in_background():
@@ -355,22 +389,33 @@ class RoundEngine:
             placebo_withheld=report.placebo_withheld,
         )
         self.state.rounds.append(record)
-        self.speculation.prefetch_rewrites(ready)
-        if attribution.speculated:
+        kinds = self.config.candidates
+        if kinds != "demos":
+            self.speculation.prefetch_rewrites(ready)
+        if attribution.speculated and kinds == "instructions":  # the stack holds rewrites only
             self.finish_validation()  # the stacked checks run against the starting program's scores
             self.speculation.prefetch_judging(ready, r)
-        if self.config.validate_together:
+        if kinds == "instructions" and self.config.validate_together:
             judged = self.update_together(ready, minimum) if ready else []
         else:
-            judged = (self.update(cluster, minimum) for cluster in ready)
+            proposals = {
+                "instructions": [self.update],
+                "demos": [self.update_demos],
+                "both": [self.update_demos, self.update],  # the rewrite builds on the demonstrations if kept
+            }[kinds]
+            judged = (propose(cluster, minimum) for cluster in ready for propose in proposals)
         for candidate in judged:
-            self.state.candidates.append(candidate)
-            record.candidates += 1
-            record.accepted += candidate.accepted
-            judged = CandidateJudged(candidate, self.state.best_val_score, self.budget.metric_calls)
-            self.emit("on_candidate_accepted" if candidate.accepted else "on_candidate_rejected", judged)
+            self._record(record, candidate)
         record.best_val_score = self.state.best_val_score
         record.metric_calls = self.budget.metric_calls
         self.state.round_index += 1
         self.emit("on_round_end", RoundEnd(record))
         return record
+
+    def _record(self, round_record: RoundRecord, candidate: CandidateRecord) -> None:
+        """Keep a judged candidate in the state and the round's counts; report it (the log is an observer's)."""
+        self.state.candidates.append(candidate)
+        round_record.candidates += 1
+        round_record.accepted += candidate.accepted
+        judged = CandidateJudged(candidate, self.state.best_val_score, self.budget.metric_calls)
+        self.emit("on_candidate_accepted" if candidate.accepted else "on_candidate_rejected", judged)

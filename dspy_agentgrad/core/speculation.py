@@ -16,6 +16,7 @@ import dspy
 
 from ..config import AgentGradConfig
 from ..program.evaluation import Evaluator
+from ..program.program_state import ProgramState
 from ..roles.proposer import Proposer
 from ..runtime.budget import Budget
 from ..runtime.parallel import parallel_map
@@ -25,7 +26,7 @@ from .state import Cluster, RunState
 
 logger = logging.getLogger("dspy.agentgrad")
 
-Chain = tuple[dspy.Example, list[dict[str, str]]]
+Chain = tuple[dspy.Example, list[ProgramState]]
 
 
 class Speculation:
@@ -92,15 +93,15 @@ class Speculation:
         """
         if not self.may_ask_ahead():
             return
-        stack: list[tuple[dict[str, str], Cluster]] = []
-        program = dict(self.state.instructions)
+        stack: list[tuple[ProgramState, Cluster]] = []
+        program = self.state.instructions
         for cluster in ready:
             if not self.acceptance.affordable(program, cluster):
                 break  # the engine would not pay for this rewrite either
             proposal = self.rewriter.rewrite(cluster, program)
             if self.rewriter.unusable(proposal, program[cluster.predictor]) is not None:
                 continue
-            program = {**program, cluster.predictor: proposal}
+            program = program.with_instruction(cluster.predictor, proposal)
             stack.append((program, cluster))
         if len(stack) < 2:
             return  # one candidate: nothing to overlap
@@ -111,11 +112,11 @@ class Speculation:
                 return
         logger.info("round %d: no stack of candidate checks fits the budget left", round_index)
 
-    def _stacked_checks(self, stack: list[tuple[dict[str, str], Cluster]]) -> list[Chain]:
+    def _stacked_checks(self, stack: list[tuple[ProgramState, Cluster]]) -> list[Chain]:
         """Each validation example under every program of the stack (only the top one when the round's
         winners are validated together); each cluster's examples under the programs up to its own
         candidate (its "before" and "after")."""
-        before = [dict(self.state.instructions)] + [program for program, _ in stack[:-1]]
+        before = [self.state.instructions] + [program for program, _ in stack[:-1]]
         validated = [stack[-1][0]] if self.config.validate_together else [program for program, _ in stack]
         chains = [(ex, validated) for ex in self.valset]
         for level, (_, cluster) in enumerate(stack):

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import dspy
 
+from ..program.program_state import ProgramState
 from ..runtime.jsonable import to_jsonable
 
 if TYPE_CHECKING:
@@ -53,6 +54,7 @@ class AttributionRecord:
     corrected: dict[str, Any]
     feedback: str = ""
     program_outputs: dict[str, Any] = field(default_factory=dict)
+    leaked: bool = False  # the fix copied a value its hint revealed and the inputs lack: never a demonstration
 
     def to_dict(self) -> dict:
         """A JSON-ready form (the example as a dict), for events and reports."""
@@ -62,6 +64,7 @@ class AttributionRecord:
             "original": self.original,
             "corrected": self.corrected,
             "feedback": self.feedback,
+            "leaked": self.leaked,
         }
 
 
@@ -129,7 +132,8 @@ class AttributionReport:
 
 @dataclass
 class CandidateRecord:
-    """One rewrite and how it was judged (step 5): kept in the result so a reader can see why it won or lost."""
+    """One candidate (a rewrite, or demonstrations) and how it was judged (step 5): kept in the result so a reader
+    can see why it won or lost."""
 
     round: int
     predictor: str
@@ -145,6 +149,8 @@ class CandidateRecord:
     reason: str = ""
     metric_calls: int = 0
     validated_at: int | None = None  # metric calls when its validation pass ended (shared by a stack's winners)
+    kind: str = "instructions"  # "instructions": a rewrite; "demos": demonstrations from pseudo-labels
+    demos: list[dict] | None = None  # the predictor's added demonstrations under this candidate
 
 
 @dataclass
@@ -199,7 +205,7 @@ class RunState:
     writer: so reporting a run needs no engine, and the state a round leaves is in one place.
     """
 
-    instructions: dict[str, str]
+    instructions: ProgramState  # the current program: instructions and added demonstrations
     round_index: int = 0
     best_val_score: float | None = None
     best_val_scores: list[float] = field(default_factory=list)  # per validation example, of the best program
@@ -214,6 +220,9 @@ class RunState:
     waiting: list[Gradient] = field(default_factory=list)  # gradients carried to a later round
     stop_reason: str = "not started"
     interrupted: bool = False
+
+    def __post_init__(self) -> None:
+        self.instructions = ProgramState.of(self.instructions)
 
     def set_best(self, outcomes: list[Outcome]) -> None:
         """Make these validation outcomes the bar a candidate must clear."""

@@ -45,6 +45,8 @@ class DemoSettings:
     cluster_schedule: tuple[int, ...] = (1,)
     clustering: str = "tfidf"
     num_threads: int = 1
+    candidates: str = "demos"
+    max_demos: int = 3
 
 
 class RunLog(AgentGradCallback):
@@ -141,6 +143,8 @@ def run_demo(
             fix_threshold=settings.fix_threshold,
             cluster_schedule=settings.cluster_schedule,
             clustering=settings.clustering,
+            candidates=settings.candidates,
+            max_demos=settings.max_demos,
             train_batch_size=len(train),
             num_threads=settings.num_threads,
             seed=settings.seed,
@@ -176,6 +180,7 @@ def run_demo(
         "cpu_time_s": round(_cpu_seconds() - cpu_started, 1),
         "initial_instructions": result.initial_instructions,
         "final_instructions": result.final_instructions,
+        "final_demos": result.final_demos,
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     picture = plot_summary(summary, out / "demo.png")
@@ -204,6 +209,12 @@ def main(argv: list[str] | None = None) -> None:
     demo.add_argument("--hint-delivery", default=defaults.hint_delivery, choices=["input_field", "instruction"])
     demo.add_argument(
         "--str-chars", type=int, default=demo_task.TASK_STR_CHARS, help="grammar bound of the program's str fields"
+    )
+    demo.add_argument(
+        "--candidates",
+        default=defaults.candidates,
+        choices=["instructions", "demos", "both"],
+        help="what a cluster of failures proposes: instruction rewrites, demonstrations from pseudo-labels, or both",
     )
     demo.add_argument("--seed", type=int, default=defaults.seed)
     demo.add_argument("--threads", type=int, default=defaults.num_threads)
@@ -234,5 +245,6 @@ def main(argv: list[str] | None = None) -> None:
         fix_threshold=args.fix_threshold,
         seed=args.seed,
         num_threads=args.threads,
+        candidates=args.candidates,
     )
     run_demo(task_lm, prompt_lm, settings, args.out)

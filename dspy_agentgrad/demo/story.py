@@ -10,6 +10,13 @@ def _clip(text: object, width: int = 110) -> str:
     return flat if len(flat) <= width else flat[: width - 3] + "..."
 
 
+_TRIED = {"instructions": "a rewrite", "demos": "demonstrations", "both": "demonstrations, then a rewrite"}
+
+
+def _demo_text(demo: dict) -> str:
+    return " | ".join(f"{field}: {value}" for field, value in demo.items())
+
+
 def _score(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
 
@@ -59,18 +66,25 @@ def report(summary: dict) -> str:
             f"    e.g. {b['predictor']} on {b['question']!r}: {_clip(b['original'].get(field), 50)!r} -> "
             f"with hint {_clip(b['with_hint'].get(field), 50)!r}"
         )
-    lines += ["", "Tried (rewrite per cluster; kept only if better on its cluster, then on validation):"]
+    lines += [
+        "",
+        f"Tried ({_TRIED[summary['settings'].get('candidates', 'instructions')]} per cluster; "
+        "kept only if better on its cluster, then on validation):",
+    ]
     if not summary["candidates"]:
         lines.append("  nothing")
     for c in summary["candidates"]:
         verdict = "KEPT" if c["accepted"] else f"rejected: {c['reason']}"
+        demos = c.get("kind") == "demos"
         lines += [
-            f"  round {c['round']}, {c['predictor']}, cluster of {c['cluster_size']}: "
-            f"cluster {_score(c['cluster_score_before'])} -> {_score(c['cluster_score_after'])}, "
+            f"  round {c['round']}, {c['predictor']}, {'demonstrations' if demos else 'rewrite'}, cluster of "
+            f"{c['cluster_size']}: cluster {_score(c['cluster_score_before'])} -> {_score(c['cluster_score_after'])}, "
             f"validation {_score(c['val_score'])} -> {verdict}",
-            f"    gradient: {_clip(c['gradient'])}",
-            f"    rewrite:  {_clip(c['instruction'])}",
         ]
+        if demos:
+            lines += [f"    demo:     {_clip(_demo_text(d))}" for d in c["demos"] or []]
+        else:
+            lines += [f"    gradient: {_clip(c['gradient'])}", f"    rewrite:  {_clip(c['instruction'])}"]
     lines.append("")
     kept = [c for c in summary["candidates"] if c["accepted"]]
     if kept:
@@ -78,6 +92,9 @@ def report(summary: dict) -> str:
         for name, text in summary["final_instructions"].items():
             if text != summary["initial_instructions"][name]:
                 lines.append(f"  {name}: {_clip(text, 200)}")
+        for name, demos in summary.get("final_demos", {}).items():
+            lines.append(f"  {name}: {len(demos)} demonstration(s) from its pseudo-labels")
+            lines += [f"    {_clip(_demo_text(d), 100)}" for d in demos]
     else:
         lines.append(
             "Kept: nothing; the program is unchanged: "

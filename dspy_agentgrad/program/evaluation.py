@@ -24,7 +24,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import dspy
@@ -35,6 +35,7 @@ from ..runtime.paid_work import PaidWork
 from ..runtime.parallel import parallel_map
 from ..runtime.store import Memo
 from ..runtime.usage import UsageLedger
+from .program_state import ProgramState
 from .runs import Execution, Outcome, Reference, Step
 from .tracing import ProgramRunner, check_first_runs
 
@@ -59,9 +60,9 @@ class Intervention:
     differs: frozenset[str] = frozenset()
 
 
-def _changed(instructions: dict[str, str], other: dict[str, str]) -> frozenset[str]:
-    """The predictors whose instruction differs between two programs."""
-    return frozenset(n for n in set(instructions) | set(other) if instructions.get(n) != other.get(n))
+def _changed(instructions: Mapping[str, str], other: Mapping[str, str]) -> frozenset[str]:
+    """The predictors whose instruction or added demonstrations differ between two programs."""
+    return ProgramState.of(instructions).changed(other)
 
 
 def _chain_keys(chains: list[tuple[dspy.Example, list[dict[str, str]]]]) -> tuple[dict[int, str], list[str]]:
@@ -70,9 +71,10 @@ def _chain_keys(chains: list[tuple[dspy.Example, list[dict[str, str]]]]) -> tupl
     return digests, [eval_key(digests[id(state)], ex) for ex, states in chains for state in states]
 
 
-def state_key(instructions: dict[str, str]) -> str:
-    """The key of a program (its instructions): runs under equal programs are the same paid work."""
-    return digest(instructions)
+def state_key(instructions: Mapping[str, str]) -> str:
+    """The key of a program (:meth:`ProgramState.key`): runs under equal programs are the same paid work. A plain
+    mapping of instructions, or a program without added demonstrations, keys as it did before they existed."""
+    return ProgramState.of(instructions).key()
 
 
 def eval_key(state: str, example: dspy.Example) -> str:

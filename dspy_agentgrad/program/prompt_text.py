@@ -85,3 +85,10 @@ def input_values(user: str) -> dict[str, str]:
     values = sections(user.split(_RESPOND, 1)[0])
     values.pop("completed", None)
     return values
+
+
+def output_values(assistant: str) -> dict[str, str]:
+    """The output field values of a ChatAdapter assistant message (a demo's answer)."""
+    values = sections(assistant)
+    values.pop("completed", None)
+    return values

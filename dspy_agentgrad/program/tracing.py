@@ -34,7 +34,7 @@ import logging
 import threading
 import traceback
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
@@ -49,6 +49,7 @@ from ..runtime.redaction import Redactor
 from ..runtime.retries import FirstRunsFailed, RetryPolicy, error_kind, is_transient, retry_here, setup_fix
 from ..runtime.usage import empty_usage, track
 from .metric import Metric, MetricError, check_score_range
+from .program_state import ProgramState, as_examples
 from .runs import Execution, Outcome, Reference, Step
 
 logger = logging.getLogger("dspy.agentgrad")
@@ -91,14 +92,15 @@ class RunControl:
 
     def __init__(
         self,
-        instructions: dict[str, str],
+        instructions: ProgramState,
         hints: dict[str, str] | None = None,
         replay: Iterable[Step] = (),
         reuse: Iterable[Step] = (),
         budget: Budget | None = None,
     ):
-        """``replay``: calls that must be replayed (a miss is counted); ``reuse``: calls that may be;
-        ``budget``: the task-LM caps every live call is admitted against (None: no cap)."""
+        """``instructions``: the program to run (instructions and added demonstrations); ``replay``: calls that
+        must be replayed (a miss is counted); ``reuse``: calls that may be; ``budget``: the task-LM caps every
+        live call is admitted against (None: no cap)."""
         self.instructions = instructions
         self.budget = budget
         self.capped: TaskCapReached | None = None  # a call was refused: the run must not be scored
@@ -239,8 +241,12 @@ class _Call:
 
     def live_kwargs(self) -> dict:
         """The call's own keyword arguments (``config``, ``lm``, ``demos`` kept) under the run's
-        instruction, with the hint when this predictor is hinted."""
+        instruction, with the hint when this predictor is hinted, and the run's added demonstrations after
+        the call's own."""
         kwargs = dict(self.kwargs)
+        added = self.control.instructions.demos_of(self.name)
+        if added:
+            kwargs["demos"] = list(kwargs.get("demos") or self.predictor.demos) + as_examples(added)
         base = ensure_signature(kwargs.pop("signature", self.predictor.signature))
         instruction = self.control.instructions[self.name]
         hint = self.control.hints.get(self.name)
@@ -422,7 +428,7 @@ class ProgramRunner:
     def run(
         self,
         example: dspy.Example,
-        instructions: dict[str, str],
+        instructions: Mapping[str, str],
         *,
         hints: dict[str, str] | None = None,
         replay: Iterable[Step] = (),
@@ -449,7 +455,7 @@ class ProgramRunner:
         track_usage = bool(dspy.settings.get("track_usage"))
         while True:
             attempt += 1
-            control = RunControl(dict(instructions), hints, replay, reuse, self.task_budget)
+            control = RunControl(ProgramState.of(instructions), hints, replay, reuse, self.task_budget)
             lm = {"lm": self.task_model} if self.task_model else {}
             per_lm: dict[str, dict] = {}
             try:

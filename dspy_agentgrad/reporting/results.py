@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..core.state import AttributionRecord, AttributionReport, BlameRecord, CandidateRecord, RoundRecord, RunState
+from ..program.program_state import ProgramState
 from ..runtime.jsonable import to_jsonable
 
 if TYPE_CHECKING:
@@ -63,7 +64,7 @@ def why_unchanged(rounds: list[dict], candidates: list[dict], stop_reason: str) 
         return "gradients were written, but no cluster reached the minimum cluster size before the run stopped."
     reasons = Counter(c["reason"] for c in candidates)
     listed = ", ".join(f"{n} {reason}" for reason, n in reasons.items())
-    return f"{len(candidates)} rewrite(s) were judged and none won both stages ({listed})."
+    return f"{len(candidates)} candidate(s) were judged and none won both stages ({listed})."
 
 
 def paid_totals(segments: list[dict]) -> dict:
@@ -99,6 +100,7 @@ class AgentGradResult:
     initial_val_score: float
     final_instructions: dict[str, str]
     initial_instructions: dict[str, str]
+    final_demos: dict[str, list[dict]] = field(default_factory=dict)  # demonstrations added per predictor
     candidates: list[CandidateRecord] = field(default_factory=list)
     rounds: list[RoundRecord] = field(default_factory=list)
     val_history: list[tuple[int, float]] = field(default_factory=list)
@@ -153,7 +155,8 @@ class AgentGradResult:
         return cls(
             best_val_score=score(state.best_val_score),
             initial_val_score=score(state.initial_val_score),
-            final_instructions=dict(state.instructions),
+            final_instructions=state.instructions.instructions,
+            final_demos=state.instructions.demos,
             initial_instructions=dict(initial_instructions),
             candidates=list(state.candidates),
             rounds=list(state.rounds),
@@ -198,6 +201,10 @@ class AgentGradResult:
         values["val_examples"] = [ValExample(**v) for v in data.get("val_examples", [])]
         values["blame"] = [BlameRecord(**b) for b in data.get("blame", [])]
         return cls(**values)
+
+    def final_state(self) -> ProgramState:
+        """The best program found: its instructions and the demonstrations it adds."""
+        return ProgramState(self.final_instructions, self.final_demos)
 
     @property
     def accepted(self) -> list[CandidateRecord]:
@@ -270,7 +277,9 @@ class AgentGradResult:
             def fmt(x):
                 return "-" if x is None else f"{x:.3f}"
 
-            decision = "accepted" if c.accepted else f"rejected ({c.reason})"
+            decision = ("accepted" if c.accepted else f"rejected ({c.reason})") + (
+                f"; {len(c.demos or [])} demos" if c.kind == "demos" else ""
+            )
             lines.append(
                 f"| {c.round} | {c.predictor} | {c.cluster_size} | {fmt(c.cluster_score_before)} -> "
                 f"{fmt(c.cluster_score_after)} | {fmt(c.val_score)} | {decision} |"
@@ -278,4 +287,6 @@ class AgentGradResult:
         lines += ["", "## Final instructions", ""]
         for name, text in self.final_instructions.items():
             lines += [f"### {name}", "", "```", text, "```", ""]
+            for demo in self.final_demos.get(name, []):
+                lines.append(f"- demonstration: `{to_jsonable(demo)}`")
         return "\n".join(lines)

@@ -14,7 +14,7 @@ import hashlib
 import json
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import dspy
@@ -35,6 +35,7 @@ class FakeCall:
     instructions: str
     inputs: dict[str, str]
     output_fields: list[str]
+    demos: list[dict[str, str]] = field(default_factory=list)
 
     @property
     def hint(self) -> str | None:
@@ -53,10 +54,12 @@ class FakeCall:
 Rule = Callable[[FakeCall], "dict[str, Any] | str"]
 
 
-def parse_call(system: str, user: str) -> FakeCall:
-    """Rebuild what a predictor asked for from the chat-adapter messages."""
+def parse_call(system: str, user: str, history: list[tuple[str, str]] = ()) -> FakeCall:
+    """Rebuild what a predictor asked for from the chat-adapter messages; ``history``: the (user, assistant)
+    message pairs before the last user message, which is where the adapter puts a predictor's demos."""
     fields = [name for name, _ in prompt_text.output_fields(system)]
-    return FakeCall(system, user, prompt_text.instructions(system), prompt_text.input_values(user), fields)
+    demos = [{**prompt_text.input_values(asked), **prompt_text.output_values(answered)} for asked, answered in history]
+    return FakeCall(system, user, prompt_text.instructions(system), prompt_text.input_values(user), fields, demos)
 
 
 def _format(value: Any) -> str:
@@ -95,9 +98,11 @@ class RuleEngine:
         system = request.system if isinstance(request.system, str) else "".join(p.text for p in (request.system or []))
         user_messages = [m for m in request.messages if m.role == "user"]
         user = user_messages[-1].text if user_messages else ""
+        earlier = request.messages[: len(request.messages) - 1] if user_messages else []
+        history = [(a.text or "", b.text or "") for a, b in zip(earlier[::2], earlier[1::2]) if b.role == "assistant"]
         with self._lock:
             self.calls += 1
-        call = parse_call(system or "", user or "")
+        call = parse_call(system or "", user or "", history)
         reply = self.rule(call)
         if isinstance(reply, str):
             text = reply
