@@ -23,7 +23,7 @@ from .core.events import (
 from .core.stoppers import RunStatus, ScoreThresholdStopper, TimeoutStopCondition
 from .program.hints import Hint, default_hint
 from .program.metric import MetricError
-from .program.tracing import ProgramBug
+from .program.runner import ProgramBug
 from .reporting.estimate import Estimate
 from .reporting.report import write_report
 from .reporting.results import AgentGradResult, AttributionRecord, AttributionReport, CandidateRecord, RoundRecord

@@ -8,7 +8,7 @@ from typing import Any
 
 from .identity import check_resume_despite
 from .program.hints import PLACEBOS
-from .program.tracing import HINT_DELIVERIES
+from .program.interception import HINT_DELIVERIES
 
 #: Candidates per preset, as dspy.GEPA's ``AUTO_RUN_SETTINGS``: equal ``auto`` means equal budgets.
 AUTO_CANDIDATES = {"light": 6, "medium": 12, "heavy": 18}

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import functools
 import inspect
-import io
 import json
 import logging
 import random
@@ -15,42 +12,35 @@ import tempfile
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import dspy
 from dspy.teleprompt.teleprompt import Teleprompter
 
-from .checks import check_examples, check_optimize_predictors, checked_hint_fn, embedder_function, predictor_names
-from .config import AgentGradConfig, auto_budget, check_int, worst_case_calls
+from .checks import check_examples, check_optimize_predictors, embedder_function, predictor_names
+from .config import AgentGradConfig, auto_budget, check_int
 from .core.attribution import HintFn
 from .core.engine import RoundEngine
 from .core.events import Dispatcher
 from .core.state import RunState
 from .core.stoppers import Stoppers, check_stop_callbacks
 from .identity import adapter_identity, check_lm, lm_identity, metric_identity, prompts_digest
-from .program.evaluation import Evaluator
-from .program.hints import default_hint
 from .program.metric import Metric
 from .program.program_state import apply_state
-from .program.tracing import ProgramRunner
-from .reporting.estimate import SAMPLE_SIZE, Estimate, RunSoFar, SampleStats, StartEstimate, build_estimate
+from .reporting.estimate import SAMPLE_SIZE, Estimate, SampleStats, StartEstimate
 from .reporting.observers import ProgressBar, RunLog, StateSnapshot
 from .reporting.report import write_report
 from .reporting.results import AgentGradResult, AttributionReport
 from .reporting.tracking import MlflowTracker, autolog_logs_compiles, follow_dspy_autolog, import_mlflow
 from .reporting.wandb_tracking import WandbSettings, WandbTracker, import_wandb
 from .roles.instruction_proposer import InstructionProposer
-from .roles.proposer import Proposer
 from .runtime.budget import Budget
 from .runtime.jsonable import digest, example_key
-from .runtime.pricing import price_function
 from .runtime.redaction import Redactor, redacted_logs
-from .runtime.retries import RetryPolicy
 from .runtime.run_lock import LogDirLock
-from .runtime.store import Memo, atomic_write_json, check_fingerprint
-from .runtime.usage import UsageLedger
+from .runtime.store import atomic_write_json, check_fingerprint
+from .wiring import RunParts, estimator, run_lms, run_parts, run_redactor, signature_text
 
 logger = logging.getLogger("dspy.agentgrad")
 
@@ -77,25 +67,6 @@ def _takes_one_argument(fn: Any) -> bool:
     except ValueError:  # no signature to read (some builtins)
         return True
     return True
-
-
-def _signature_text(predictor: dspy.Predict) -> str:
-    sig = predictor.signature
-    return f"inputs: {', '.join(sig.input_fields)}; outputs: {', '.join(sig.output_fields)}"
-
-
-@dataclass
-class RunParts:
-    """The pieces a run is wired from (see ``AgentGrad._parts``): built before the engine, so the
-    result builder and the observers can be given them without reaching through the engine."""
-
-    memo: Memo
-    budget: Budget
-    evaluator: Evaluator
-    proposer: Proposer
-    hint_fn: HintFn
-    signatures: dict[str, str]
-    instructions: dict[str, str]
 
 
 class AgentGrad(Teleprompter):
@@ -177,72 +148,24 @@ class AgentGrad(Teleprompter):
 
     # ---- building blocks ------------------------------------------------------------------------
     def _lms(self) -> tuple[Any, Any]:
-        task = self.task_model or dspy.settings.lm
-        prompt = self.prompt_model or dspy.settings.lm
-        if task is None or prompt is None:
-            raise ValueError("no LM: pass task_model= and prompt_model=, or call dspy.configure(lm=dspy.LM(...)) first")
-        check_lm(task, "the task LM (task_model or dspy.settings.lm)")
-        check_lm(prompt, "the prompt LM (prompt_model or dspy.settings.lm)")
-        return task, prompt
+        return run_lms(self.task_model, self.prompt_model)
 
     def _redactor(self, student: dspy.Module) -> Redactor:
-        """Hides the credentials of every LM the run may call (and key-shaped text) in what it keeps."""
-        predictor_lms = [getattr(p, "lm", None) for p in student.predictors()]
-        return Redactor.for_lms([*self._lms(), dspy.settings.lm, *predictor_lms])
+        return run_redactor(self._lms(), student)
 
     def _parts(self, student: dspy.Module, budget: Budget, log_dir: Path | None, run_id: str | None = None) -> RunParts:
-        """Wire the parts a run needs: program runner and evaluator, proposer, journal, usage, hints."""
-        task, prompt = self._lms()
-        retry = RetryPolicy(self.config.retry_attempts, self.config.retry_backoff_s)
-        memo, ledger = Memo(log_dir, run_id), UsageLedger()
-        evaluator = Evaluator(
-            ProgramRunner(
-                student,
-                self._metric,
-                task,
-                retry,
-                self.config.hint_delivery,
-                self.config.max_score,
-                self.config.failure_score,
-                self._redactor(student),
-                budget,
-            ),
-            memo,
+        """The parts of a run of ``student`` under this optimizer's options (see :func:`wiring.run_parts`)."""
+        return run_parts(
+            self.config,
+            self._metric,
+            self._lms(),
+            student,
             budget,
-            ledger,
-            self.config.num_threads,
-            self.config.reuse_calls,
-        )
-        price = price_function(prompt) if self.config.max_prompt_cost is not None else None
-        proposer = Proposer(
-            prompt,
-            memo,
-            budget,
-            ledger,
-            retry,
-            price,
-            self.config.max_field_chars,
-            self.instruction_proposer,
-            self.embedder,
-        )
-        predictors = dict(student.named_predictors())
-        hint_fn = (
-            checked_hint_fn(self.hint_fn)
-            if self.hint_fn
-            else functools.partial(
-                default_hint,
-                label_fields=self.config.label_fields,
-                output_fields={n: list(p.signature.output_fields) for n, p in predictors.items()},
-            )
-        )
-        return RunParts(
-            memo,
-            budget,
-            evaluator,
-            proposer,
-            hint_fn,
-            {n: _signature_text(p) for n, p in predictors.items()},
-            {n: p.signature.instructions for n, p in predictors.items()},
+            log_dir,
+            run_id,
+            user_hint_fn=self.hint_fn,
+            instruction_proposer=self.instruction_proposer,
+            embedder=self.embedder,
         )
 
     def _engine(
@@ -299,58 +222,6 @@ class AgentGrad(Teleprompter):
             max_calls = self.config.max_full_evals * (len(trainset) + len(valset))
         return names, trainset, valset, max_calls, max_rounds
 
-    def _estimator(
-        self,
-        names: list[str],
-        n_train: int,
-        n_val: int,
-        max_calls: int | None,
-        max_rounds: int | None,
-        priced: bool = True,
-    ):
-        """sample stats -> :class:`Estimate` for this run's sizes, caps and models.
-
-        ``priced=False`` leaves USD out: pricing needs litellm's price table, whose import costs
-        seconds of CPU, too much for the log line at the start of every compile.
-        """
-        task, prompt = self._lms()
-        prices = {}
-        for role, lm in (("task", task), ("prompt", prompt)):
-            try:
-                with contextlib.redirect_stdout(io.StringIO()):  # litellm prints a banner for unknown models
-                    prices[role] = price_function(lm) if priced else None
-            except ValueError:
-                prices[role] = None
-        trainable = set(names) - self.config.frozen(names)
-        worst = max_calls
-        if max_rounds is not None:
-            worst = worst_case_calls(
-                max_rounds,
-                len(names),
-                n_train,
-                n_val,
-                self.config.train_batch_size,
-                len(self.config.cluster_schedule),
-            )
-            worst = worst if max_calls is None else min(worst, max_calls)
-
-        def estimate_from(sample: SampleStats, so_far: RunSoFar | None = None) -> Estimate:
-            return build_estimate(
-                self.config,
-                sample,
-                predictors=names,
-                trainable=trainable,
-                n_train=n_train,
-                n_val=n_val,
-                max_metric_calls=max_calls,
-                max_rounds=max_rounds,
-                worst_case=worst,
-                prices=prices,
-                so_far=so_far,
-            )
-
-        return estimate_from
-
     # ---- public API ---------------------------------------------------------------------------
     def estimate(
         self,
@@ -388,7 +259,7 @@ class AgentGrad(Teleprompter):
             blame={name: n / failures for name, n in report.counts().items()} if failures else None,
             reuse_rate=min(1.0, reused / unfixed) if unfixed > 0 else 0.0,
         )
-        return self._estimator(names, len(trainset), len(valset), max_calls, max_rounds)(stats)
+        return estimator(self.config, self._lms(), names, len(trainset), len(valset), max_calls, max_rounds)(stats)
 
     def attribute(self, program: dspy.Module, examples: list[dspy.Example]) -> AttributionReport:
         """Steps 1-2 only: run ``examples``, then find the predictor at fault for each failure."""
@@ -422,7 +293,7 @@ class AgentGrad(Teleprompter):
         return {
             "format": FORMAT_VERSION,
             "program": {
-                n: {"signature": _signature_text(p), "instructions": p.signature.instructions}
+                n: {"signature": signature_text(p), "instructions": p.signature.instructions}
                 for n, p in student.named_predictors()
             },
             "trainset": digest([example_key(e) for e in trainset]),
@@ -483,7 +354,16 @@ class AgentGrad(Teleprompter):
             )
 
         start_estimate = StartEstimate(
-            self._estimator(names, len(trainset), len(valset), max_calls, max_rounds, priced="litellm" in sys.modules),
+            estimator(
+                self.config,
+                self._lms(),
+                names,
+                len(trainset),
+                len(valset),
+                max_calls,
+                max_rounds,
+                priced="litellm" in sys.modules,
+            ),
             lambda: parts.evaluator.ledger.by_phase["validate"],
             self.config.max_score,
             lambda: parts.evaluator.reused,

@@ -12,7 +12,9 @@ import pytest
 from world import ShapeWorld
 
 from dspy_agentgrad import AgentGrad, default_hint
-from dspy_agentgrad.program.tracing import ProgramBug, Step, rebuild_prediction
+from dspy_agentgrad.program.interception import rebuild_prediction
+from dspy_agentgrad.program.runner import ProgramBug
+from dspy_agentgrad.program.runs import Step
 from dspy_agentgrad.testing import RuleEngine, fake_lm
 
 FAST = dict(retry_backoff_s=0, progress=False)
@@ -547,7 +549,8 @@ def test_an_llm_judge_metrics_own_lm_calls_are_counted():
 
 def test_replay_after_a_resume_rebuilds_typed_outputs_or_runs_the_call_live():
     from dspy_agentgrad.program.metric import Metric
-    from dspy_agentgrad.program.tracing import Outcome, ProgramRunner
+    from dspy_agentgrad.program.runner import ProgramRunner
+    from dspy_agentgrad.program.runs import Outcome
 
     world = typed_world()
     dspy.configure(lm=fake_lm(world))

@@ -6,7 +6,7 @@ import pytest
 from rewording_sim import TRAIN, RewordingWorld, attribute, kind
 
 from dspy_agentgrad.program.hints import PLACEBOS
-from dspy_agentgrad.program.tracing import HINT_FIELD, HINT_HEADER
+from dspy_agentgrad.program.interception import HINT_FIELD, HINT_HEADER
 from dspy_agentgrad.testing import FakeCall
 
 DOUBLE = [k for k in TRAIN if "+" in k]

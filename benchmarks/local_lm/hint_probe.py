@@ -6,7 +6,7 @@ AgentGrad attributes a failure to a predictor when a hint given to that
 predictor alone raises the example's score to the fix threshold (the maximum
 score unless ``fix_threshold`` is set). This probe runs the unoptimized demo
 program on ``n`` train examples and reruns every failure through the optimizer's
-own code path (:class:`dspy_agentgrad.program.tracing.ProgramRunner`: the earlier
+own code path (:class:`dspy_agentgrad.program.runner.ProgramRunner`: the earlier
 predictor's outputs replayed, the hint delivered exactly as AgentGrad delivers
 it) for each
 
@@ -36,8 +36,10 @@ import dspy
 
 from dspy_agentgrad.demo.task import demo_lm, hint, load_demo_data, make_program, metric
 from dspy_agentgrad.program.hints import default_hint
+from dspy_agentgrad.program.interception import HINT_DELIVERIES
 from dspy_agentgrad.program.metric import Metric
-from dspy_agentgrad.program.tracing import HINT_DELIVERIES, Outcome, ProgramRunner
+from dspy_agentgrad.program.runner import ProgramRunner
+from dspy_agentgrad.program.runs import Outcome
 
 HERE = Path(__file__).resolve().parent
 

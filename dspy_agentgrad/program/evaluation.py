@@ -6,7 +6,7 @@ hint); a key seen before in this run is free, a key first seen in this run is
 charged once, whether it is computed now or replayed from ``log_dir`` after a
 resume. That makes a resumed run spend exactly what the uninterrupted run spends.
 
-With ``reuse`` on, each run names a reference (:class:`tracing.Reference`): for a plain
+With ``reuse`` on, each run names a reference (:class:`runs.Reference`): for a plain
 run, the earlier run of the same example whose instructions differ in the fewest
 predictors; for an intervention, the run it intervenes on. A run whose program output
 equals its reference's takes that score without a metric call, and its charge is given
@@ -36,8 +36,8 @@ from ..runtime.parallel import parallel_map
 from ..runtime.store import Memo
 from ..runtime.usage import UsageLedger
 from .program_state import ProgramState
+from .runner import ProgramRunner, check_first_runs
 from .runs import Execution, Outcome, Reference, Step
-from .tracing import ProgramRunner, check_first_runs
 
 #: Earlier plain runs kept per example as candidate references.
 REFERENCES_KEPT = 6

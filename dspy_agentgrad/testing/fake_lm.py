@@ -23,7 +23,7 @@ from dspy.lm15 import TimeoutError as LMTimeout
 
 from ..program import prompt_text
 from ..program.hints import PLACEBOS
-from ..program.tracing import HINT_FIELD, HINT_HEADER
+from ..program.interception import HINT_FIELD, HINT_HEADER
 
 
 @dataclass
