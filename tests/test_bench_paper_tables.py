@@ -62,6 +62,7 @@ def test_transfer_pupa_to_pupa_tnb_evaluates_the_optimized_program_unchanged(tmp
 
 
 def test_transfer_to_2wiki_offline_is_a_clear_error(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("bm25s", reason="HotpotQA's retriever needs the [bench] extra")
     monkeypatch.setenv("AGENTGRAD_OFFLINE", "1")
     monkeypatch.setenv("AGENTGRAD_CACHE_DIR", str(tmp_path / "cache"))
     args = ["--bench", "hotpotqa", "--corpus", "pooled", "--table", "transfer", "--optimizers", "baseline", *SMALL]
