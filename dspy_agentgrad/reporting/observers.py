@@ -98,9 +98,10 @@ class RunLog(AgentGradCallback):
         if c.val_score is not None:
             scores += f", validation {c.val_score:.4f}"
         logger.info(
-            "round %d: %s rewrite of %s (cluster of %d): %s%s; best %.4f",
+            "round %d: %s %s of %s (cluster of %d): %s%s; best %.4f",
             c.round,
             "ACCEPTED" if c.accepted else "rejected",
+            "demonstrations" if c.kind == "demos" else "rewrite",
             c.predictor,
             c.cluster_size,
             c.reason,
