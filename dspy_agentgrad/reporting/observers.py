@@ -115,7 +115,7 @@ class RunLog(AgentGradCallback):
     def on_round_end(self, event: RoundEnd) -> None:
         r = event.record
         logger.info(
-            "round %d done: %d gradient(s) -> %d cluster(s) (min size %d), %d waiting; %d/%d rewrite(s) kept; "
+            "round %d done: %d gradient(s) -> %d cluster(s) (min size %d), %d waiting; %d/%d candidate(s) kept; "
             "best validation %s; %d metric calls%s",
             r.round,
             r.gradients,
