@@ -124,13 +124,8 @@ class RoundEngine:
         state = self.state
         self.acceptance.require_affordable(cluster)  # checked before paying for the rewrite
         record, candidate = self._propose(cluster, minimum, state.instructions)
-        if candidate is None:
-            return record
-        start = self.budget.metric_calls
-        self.acceptance.judge(record, candidate, [g.record.example for g in cluster.members])
-        record.metric_calls = self.budget.metric_calls - start
-        if record.accepted:
-            self._install(candidate)
+        if candidate is not None:
+            self._judge(record, candidate, cluster)
         return record
 
     def update_together(self, ready: list[Cluster], minimum: int) -> list[CandidateRecord]:
@@ -235,13 +230,17 @@ class RoundEngine:
             "on_candidate_proposed",
             CandidateProposed(state.round_index, name, len(cluster.members), cluster.text, shown),
         )
-        candidate = state.instructions.with_demos(name, demos)
+        self._judge(record, state.instructions.with_demos(name, demos), cluster)
+        return record
+
+    def _judge(self, record: CandidateRecord, candidate: ProgramState, cluster: Cluster) -> None:
+        """Two-stage acceptance of one candidate on its cluster's examples (see :class:`Acceptance`); the
+        current program becomes it when it wins."""
         start = self.budget.metric_calls
         self.acceptance.judge(record, candidate, [g.record.example for g in cluster.members])
         record.metric_calls = self.budget.metric_calls - start
         if record.accepted:
             self._install(candidate)
-        return record
 
     def _install(self, candidate: ProgramState) -> None:
         """An accepted candidate becomes the current program."""
