@@ -24,6 +24,29 @@ from ..runtime.budget import Budget
 from ..runtime.store import atomic_write_json
 from .results import AgentGradResult
 
+
+class VerdictCounts(AgentGradCallback):
+    """Counts accepted and rejected candidates for a tracker, which logs them in :meth:`on_verdict`."""
+
+    def __init__(self) -> None:
+        self.accepted = self.rejected = 0
+
+    def verdict_counts(self) -> dict[str, int]:
+        """The counts as the trackers log them."""
+        return {"candidates_accepted": self.accepted, "candidates_rejected": self.rejected}
+
+    def on_verdict(self, event: CandidateJudged) -> None:
+        """Called after each verdict, with the counts up to date."""
+
+    def on_candidate_accepted(self, event: CandidateJudged) -> None:
+        self.accepted += 1
+        self.on_verdict(event)
+
+    def on_candidate_rejected(self, event: CandidateJudged) -> None:
+        self.rejected += 1
+        self.on_verdict(event)
+
+
 #: Under DSPy's ``dspy`` logger, so a compile prints what DSPy's own optimizers print, where they print it.
 logger = logging.getLogger("dspy.agentgrad")
 

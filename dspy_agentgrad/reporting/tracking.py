@@ -29,8 +29,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..core.events import AgentGradCallback, AttributionDone, CandidateJudged, RunEnd, RunStart, ValidationScored
+from ..core.events import AttributionDone, CandidateJudged, RunEnd, RunStart, ValidationScored
 from ..runtime.pricing import price_function
+from .observers import VerdictCounts
 from .report import render_html
 from .results import AgentGradResult
 
@@ -106,7 +107,7 @@ def metric_key(text: str) -> str:
     return "".join(ch if ch.isalnum() or ch in "_-./ " else "_" for ch in text)
 
 
-class MlflowTracker(AgentGradCallback):
+class MlflowTracker(VerdictCounts):
     """Logs one AgentGrad compile to MLflow as the engine's events arrive.
 
     ``lms`` maps each role ("task", "prompt") to its LM, for names and prices. ``snapshot()``
@@ -121,14 +122,13 @@ class MlflowTracker(AgentGradCallback):
         snapshot: Callable[[], AgentGradResult],
         optimized: Callable[[AgentGradResult], Any],
     ):
+        super().__init__()
         self.mlflow = import_mlflow()
         self.options = options
         self.lms = lms
         self.snapshot = snapshot
         self.optimized = optimized
         self.own_run = False
-        self.accepted = 0
-        self.rejected = 0
 
     def on_run_start(self, event: RunStart) -> None:
         mlflow = self.mlflow
@@ -159,17 +159,8 @@ class MlflowTracker(AgentGradCallback):
         metrics["hard_cases"] = len(event.report.hard_cases)
         self.mlflow.log_metrics(metrics, step=event.metric_calls)
 
-    def _judged(self, event: CandidateJudged) -> None:
-        counts = {"candidates_accepted": self.accepted, "candidates_rejected": self.rejected}
-        self.mlflow.log_metrics(counts, step=event.metric_calls)
-
-    def on_candidate_accepted(self, event: CandidateJudged) -> None:
-        self.accepted += 1
-        self._judged(event)
-
-    def on_candidate_rejected(self, event: CandidateJudged) -> None:
-        self.rejected += 1
-        self._judged(event)
+    def on_verdict(self, event: CandidateJudged) -> None:
+        self.mlflow.log_metrics(self.verdict_counts(), step=event.metric_calls)
 
     def usage_metrics(self, result: AgentGradResult) -> dict[str, float]:
         """LM calls and tokens per role, and its cost in USD where litellm's price table knows the model."""
@@ -195,7 +186,7 @@ class MlflowTracker(AgentGradCallback):
             mlflow.set_tag("agentgrad.stop_reason", event.stop_reason[:MAX_PARAM_CHARS])
             result = self.snapshot()
             final = {"metric_calls": event.metric_calls, "rounds": event.rounds, **self.usage_metrics(result)}
-            final.update({"candidates_accepted": self.accepted, "candidates_rejected": self.rejected})
+            final.update(self.verdict_counts())
             if event.best_score is not None:
                 final["best_val_score"] = event.best_score
             mlflow.log_metrics(final, step=event.metric_calls)

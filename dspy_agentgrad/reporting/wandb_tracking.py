@@ -18,7 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.events import AgentGradCallback, CandidateJudged, RoundEnd, RunEnd, RunStart, ValidationScored
+from ..core.events import CandidateJudged, RoundEnd, RunEnd, RunStart, ValidationScored
+from .observers import VerdictCounts
 from .results import AgentGradResult
 
 CANDIDATE_COLUMNS = [
@@ -54,17 +55,17 @@ class WandbSettings:
     init_kwargs: dict[str, Any] = field(default_factory=dict)
 
 
-class WandbTracker(AgentGradCallback):
+class WandbTracker(VerdictCounts):
     """Logs one AgentGrad compile to wandb as the engine's events arrive; ``snapshot()`` gives the result."""
 
     def __init__(self, settings: WandbSettings, options: dict[str, Any], snapshot: Callable[[], AgentGradResult]):
+        super().__init__()
         self.wandb = import_wandb()
         self.settings = settings
         self.options = options
         self.snapshot = snapshot
         self.run: Any = None
         self.own_run = False
-        self.accepted = self.rejected = 0
 
     def on_run_start(self, event: RunStart) -> None:
         wandb = self.wandb
@@ -92,16 +93,8 @@ class WandbTracker(AgentGradCallback):
         values.update({f"attributed/{name}": n for name, n in r.attributed.items()})
         self._log(r.metric_calls, values)
 
-    def _judged(self, event: CandidateJudged) -> None:
-        self._log(event.metric_calls, {"candidates_accepted": self.accepted, "candidates_rejected": self.rejected})
-
-    def on_candidate_accepted(self, event: CandidateJudged) -> None:
-        self.accepted += 1
-        self._judged(event)
-
-    def on_candidate_rejected(self, event: CandidateJudged) -> None:
-        self.rejected += 1
-        self._judged(event)
+    def on_verdict(self, event: CandidateJudged) -> None:
+        self._log(event.metric_calls, self.verdict_counts())
 
     def on_run_end(self, event: RunEnd) -> None:
         try:
