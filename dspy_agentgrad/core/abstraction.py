@@ -38,9 +38,14 @@ class Abstraction:
         items = [(name, rec) for name in report.order if name not in frozen for rec in report.attributed.get(name, [])]
         if self.config.candidates == "demos":
             return [
-                Gradient(name, rec, f"{name} should write {self.proposer.fields(rec.corrected)}", round_index, current)
+                Gradient(
+                    name,
+                    rec,
+                    f"{name} should write {self.proposer.fields(rec.corrected)}",
+                    round_index,
+                    instructions[name],
+                )
                 for name, rec in items
-                for current in [instructions[name]]
                 if demo_of(rec) is not None
             ]
         steps = "\n".join(f"{i + 1}. {name}: {self.signatures.get(name, '')}" for i, name in enumerate(report.order))
