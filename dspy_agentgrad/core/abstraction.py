@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import random
+from collections.abc import Mapping
 
 from ..config import AgentGradConfig
 from ..roles.proposer import Proposer, StepRole
@@ -30,7 +31,7 @@ class Abstraction:
         self.signatures = signatures
         self.rng = rng  # shared with the engine's batch sampler: one seeded stream for the run
 
-    def gradients(self, report: AttributionReport, instructions: dict[str, str], round_index: int) -> list[Gradient]:
+    def gradients(self, report: AttributionReport, instructions: Mapping[str, str], round_index: int) -> list[Gradient]:
         """Step 3: one gradient per attributed failure of a predictor that may be rewritten. With
         ``candidates="demos"`` no rewrite needs one: the text is the pseudo-label itself (no LM call), which
         step 4 groups, and leaking pseudo-labels are left out (they can make no demonstration)."""
@@ -70,7 +71,7 @@ class Abstraction:
         ]
 
     def abstract(
-        self, pool: list[Gradient], minimum: int, instructions: dict[str, str]
+        self, pool: list[Gradient], minimum: int, instructions: Mapping[str, str]
     ) -> tuple[list[Cluster], list[Gradient]]:
         """Step 4: clusters that meet ``minimum``, and the gradients that wait for a later round.
 

@@ -7,6 +7,7 @@ with exact early rejection, and the verdict written into the candidate's record.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -39,7 +40,7 @@ def cannot_clear(best_possible: Fraction, bar: Fraction, strict: bool) -> bool:
 
 def race(
     evaluator: Evaluator,
-    instructions: dict[str, str],
+    instructions: Mapping[str, str],
     examples: list[dspy.Example],
     phase: str,
     bar: Fraction,
@@ -89,13 +90,13 @@ class Acceptance:
         self.state = state
         self.emit = emit
 
-    def check_cost(self, program: dict[str, str], cluster: Cluster) -> int:
+    def check_cost(self, program: Mapping[str, str], cluster: Cluster) -> int:
         """The most metric calls judging a candidate for ``cluster`` on ``program`` can take: the cluster's
         runs under ``program`` not paid yet, its runs under the candidate, and one validation pass."""
         examples = [g.record.example for g in cluster.members]
         return self.evaluator.cost(program, examples) + len(examples) + len(self.valset)
 
-    def affordable(self, program: dict[str, str], cluster: Cluster) -> bool:
+    def affordable(self, program: Mapping[str, str], cluster: Cluster) -> bool:
         """Whether the budget left covers the worst case of a check (see :meth:`check_cost`)."""
         return self.check_cost(program, cluster) <= self.budget.remaining()
 
@@ -105,13 +106,17 @@ class Acceptance:
         if needed > self.budget.remaining():
             raise BudgetExhausted(f"the next candidate check needs up to {needed} metric calls")
 
-    def judge(self, record: CandidateRecord, candidate: dict[str, str], examples: list[dspy.Example]) -> None:
+    def judge(self, record: CandidateRecord, candidate: Mapping[str, str], examples: list[dspy.Example]) -> None:
         """Write the verdict into ``record``: a gain on the cluster first, then on validation."""
         if self.cluster_check(record, self.state.instructions, candidate, examples):
             self.validate(record, candidate)
 
     def cluster_check(
-        self, record: CandidateRecord, program: dict[str, str], candidate: dict[str, str], examples: list[dspy.Example]
+        self,
+        record: CandidateRecord,
+        program: Mapping[str, str],
+        candidate: Mapping[str, str],
+        examples: list[dspy.Example],
     ) -> bool:
         """Whether ``candidate`` beats ``program`` on its cluster's examples (both scores go into ``record``)."""
         chunk, top = self.config.eval_chunk_size, self.config.max_score
@@ -132,7 +137,7 @@ class Acceptance:
             return False
         return True
 
-    def validate(self, record: CandidateRecord, candidate: dict[str, str]) -> bool:
+    def validate(self, record: CandidateRecord, candidate: Mapping[str, str]) -> bool:
         """Whether ``candidate`` beats the best program on validation (the verdict goes into ``record``).
 
         Validation scores the examples the best program does worst on first, where a losing

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import dspy
@@ -75,13 +75,13 @@ class Attributor:
         self.hint_fn = hint_fn
         self.max_score = config.max_score
         self.fix_score = config.max_score if config.fix_threshold is None else config.fix_threshold
-        self._instructions: dict[str, str] = {}  # the program of the current call, which hinted runs run
+        self._instructions: Mapping[str, str] = {}  # the program of the current call, which hinted runs run
         self._speculating = False  # the current call's hinted runs are started ahead (see ``attribute``)
         self._cumulative_leaks = 0  # hint sets of the current call's cumulative pass whose fix leaked a label
         self._placebo_withheld = 0  # hints of the current call's cumulative fixes that a placebo replaced as well
 
     def attribute(
-        self, instructions: dict[str, str], examples: list[dspy.Example], round_index: int, phase: str = "evaluate"
+        self, instructions: Mapping[str, str], examples: list[dspy.Example], round_index: int, phase: str = "evaluate"
     ) -> Attribution:
         """Failure set and sequential intervention in reverse execution order.
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from ..config import AgentGradConfig
 from ..roles.instruction_proposer import RewriteRequest
 from ..roles.proposer import Proposer
@@ -22,7 +24,7 @@ class Rewriter:
         self.signatures = signatures
         self.state = state
 
-    def request(self, cluster: Cluster, program: dict[str, str] | None = None) -> RewriteRequest:
+    def request(self, cluster: Cluster, program: Mapping[str, str] | None = None) -> RewriteRequest:
         """What the rewrite role sees for ``cluster``: feedback, a few cases, this step's rejected rewrites.
         ``program``: the instructions to rewrite from (the current ones by default)."""
         name = cluster.predictor
@@ -42,7 +44,7 @@ class Rewriter:
             max_chars=self.config.max_instruction_chars,
         )
 
-    def rewrite(self, cluster: Cluster, program: dict[str, str] | None = None) -> str | None:
+    def rewrite(self, cluster: Cluster, program: Mapping[str, str] | None = None) -> str | None:
         """The rewrite role's new instruction for ``cluster`` (None when it failed)."""
         return self.proposer.rewrite(self.request(cluster, program))
 
