@@ -9,7 +9,6 @@ import logging
 import random
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from contextlib import nullcontext
 from pathlib import Path
@@ -28,10 +27,11 @@ from .core.stoppers import Stoppers, check_stop_callbacks
 from .identity import adapter_identity, check_lm, lm_identity, metric_identity, prompts_digest
 from .program.metric import Metric
 from .program.program_state import apply_state
-from .reporting.estimate import SAMPLE_SIZE, Estimate, SampleStats, StartEstimate
+from .reporting.estimate import SAMPLE_SIZE, Estimate, StartEstimate
 from .reporting.observers import ProgressBar, RunLog, StateSnapshot
 from .reporting.report import write_report
 from .reporting.results import AgentGradResult, AttributionReport
+from .reporting.sampling import measure_sample
 from .reporting.tracking import MlflowTracker, autolog_logs_compiles, follow_dspy_autolog, import_mlflow
 from .reporting.wandb_tracking import WandbSettings, WandbTracker, import_wandb
 from .roles.instruction_proposer import InstructionProposer
@@ -233,32 +233,18 @@ class AgentGrad(Teleprompter):
     ) -> Estimate:
         """Projected cost of ``compile(program, trainset=..., valset=...)`` before paying for it.
 
-        Runs and attributes ``sample_size`` training examples (the program runs and hinted
-        runs of that many examples: task-LM spend, no prompt-LM call) to measure a run's LM
-        calls, tokens and seconds, the failure rate, and how blame splits over the
-        predictors, then plays the rounds forward (see :mod:`dspy_agentgrad.reporting.estimate`).
+        Pays for one round in small on ``sample_size`` training examples (see
+        :mod:`dspy_agentgrad.reporting.sampling`): their runs and hinted runs, then one rewrite
+        per blamed predictor, run on that predictor's sampled failures. That measures a run's LM
+        calls, tokens and seconds, the failure rate, how blame splits over the predictors, and
+        how often a rewrite wins and how much it fixes; the rounds are then played forward (see
+        :mod:`dspy_agentgrad.reporting.estimate`). The estimate says what its sample paid.
         """
         check_int("sample_size", sample_size, 1)
         names, trainset, valset, max_calls, max_rounds = self._plan(program, trainset, valset)
         sample = random.Random(self.config.seed).sample(trainset, min(sample_size, len(trainset)))
         parts = self._parts(program, Budget(None), None)
-        started = time.time()
-        attribution = self._engine(parts, sample, sample).attribute(sample)
-        seconds = time.time() - started
-        report = attribution.report
-        failures = sum(o.score < self.config.max_score for o in attribution.outcomes)
-        ledger = parts.evaluator.ledger.to_dict()
-        runs, reused = parts.budget.metric_calls, parts.evaluator.reused
-        unfixed = runs + reused - len(sample) - sum(report.counts().values())  # hinted runs that fixed nothing
-        stats = SampleStats(
-            runs=runs,
-            failure_rate=failures / len(sample),
-            task_usage=ledger["task"],
-            seconds=seconds,
-            hints_per_failure=(runs - len(sample)) / failures if failures else None,
-            blame={name: n / failures for name, n in report.counts().items()} if failures else None,
-            reuse_rate=min(1.0, reused / unfixed) if unfixed > 0 else 0.0,
-        )
+        stats = measure_sample(self.config, self._engine(parts, sample, sample), sample)
         return estimator(self.config, self._lms(), names, len(trainset), len(valset), max_calls, max_rounds)(stats)
 
     def attribute(self, program: dspy.Module, examples: list[dspy.Example]) -> AttributionReport:

@@ -62,6 +62,19 @@ class SampleStats:
     # run's (their score reused, no metric call): how often a change to one predictor that does not
     # fix an example leaves the program's output as it was
     reuse_rate: float = 0.0
+    examples: int = 0  # training examples sampled (0: the projection at the start of compile, from validation)
+    # ``AgentGrad.estimate`` also tries one rewrite per blamed predictor (see :mod:`.sampling`)
+    rewrites: int = 0  # rewrites tried
+    rewrite_wins: int = 0  # of those, the ones that beat the program on their cluster
+    fix_share: float | None = None  # share of a winner's predictor's sampled failures its rewrite fixed
+    check_paid: float | None = None  # share of the runs under a rewrite that paid a metric call
+    paid_metric_calls: int = 0  # what the sample paid, all of it
+    paid_prompt_calls: int = 0
+
+    @property
+    def win_rate(self) -> float | None:
+        """Share of the tried rewrites that won on their cluster; None when none was tried."""
+        return self.rewrite_wins / self.rewrites if self.rewrites else None
 
     def per_run(self, key: str) -> float:
         """The sample's mean task-LM usage ``key`` per program run."""
@@ -165,16 +178,24 @@ def project_calls(
     # failure rates: per predictor (fixable by rewriting it) and of the hard cases (no rewrite fixes them)
     rates = {name: sample.failure_rate * blame.get(name, 0.0) for name in predictors}
     hard = sample.failure_rate * max(0.0, 1 - sum(blame.values()))
-    current, ever, idle, win = 0.0, 0.0, 0, CLUSTER_WIN_RATE
+    current, ever, idle = 0.0, 0.0, 0
+    win = sample.win_rate if sample.win_rate is not None else CLUSTER_WIN_RATE
+    fix = sample.fix_share if sample.fix_share is not None else 1.0  # of its predictor's failures, when it wins
+    check = sample.check_paid if sample.check_paid is not None else 1.0  # of a cluster's runs under a rewrite
     if so_far is not None:
         tally = _Tally(metric_calls=so_far.metric_calls, rounds=so_far.rounds)
         rates, hard = {name: so_far.rates.get(name, 0.0) for name in predictors}, so_far.hard
         current, ever, win = so_far.current, so_far.ever, so_far.win_rate
     limit = max_rounds if max_rounds is not None else MAX_PROJECTED_ROUNDS
     while tally.rounds < limit:
-        rate = hard + sum(rates.values())
-        if rate * batch < 0.5 and batch == n_train:
-            break  # the engine stops: no failure left on the training set
+        fresh = max(0.0, min(batch, n_train - current))  # the batch's examples not run under this program
+        new = max(0.0, min(fresh, n_train - ever))
+        runs = new + (fresh - new) * change
+        if (hard + sum(rates.values())) * batch < 0.5 and batch == n_train:
+            # the engine runs the batch, finds no failure left on the training set, and stops
+            room = max_metric_calls - tally.metric_calls if max_metric_calls is not None else runs
+            tally.metric_calls, tally.rounds = tally.metric_calls + min(runs, max(0.0, room)), tally.rounds + 1
+            break
         if sum(rates.values()) * batch + sum(waiting.values()) < 0.5:
             # no gradient left to learn from: the engine runs the rest of the training set under the
             # final program, then stops after rounds without a metric call
@@ -185,9 +206,7 @@ def project_calls(
             tally.metric_calls += max(0.0, n_train - ever) + (rest - max(0.0, n_train - ever)) * change
             tally.rounds = min(limit, tally.rounds + sweep)
             break
-        fresh = max(0.0, min(batch, n_train - current))
-        new = max(0.0, min(fresh, n_train - ever))
-        spent = new + (fresh - new) * change + sum(rates.values()) * fresh * hints
+        spent = runs + sum(rates.values()) * fresh * hints
         minimum = min_cluster_size(config.cluster_schedule, tally.rounds)
         gradients, candidates, stacked = 0.0, 0.0, 0.0
         for name in [n for n in predictors if n in trainable]:
@@ -199,10 +218,10 @@ def project_calls(
             changed_val = n_val * (rates[name] + (1 - rates[name]) * change)
             # its cluster under the rewrite; the validation set when it wins there (alone, or in the round's
             # one shared pass under ``validate_together``)
-            spent += pool + (0.0 if config.validate_together else win * changed_val)
+            spent += pool * check + (0.0 if config.validate_together else win * changed_val)
             stacked += rates[name]
             candidates, waiting[name] = candidates + 1, 0.0
-            rates[name] *= 1 - win  # an accepted rewrite fixes the failures blamed on its predictor
+            rates[name] *= 1 - win * fix  # an accepted rewrite fixes (that share of) its predictor's failures
             if rates[name] * n_train < 1:
                 rates[name] = 0.0  # not one failure of it left in the training set
         if config.validate_together:
