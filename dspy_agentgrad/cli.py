@@ -21,8 +21,9 @@ ESTIMATE_HELP = """\
 MODULE:FUNC names a function that takes no arguments and returns a mapping with keys
 "optimizer" (an AgentGrad), "program", "trainset" and optionally "valset": the same
 objects you would pass to compile. It should configure the LMs (dspy.configure) too.
-The estimate runs the program on --sample-size training examples (that much task-LM
-spend) and prints projected metric calls, LM calls and tokens, USD and wall time."""
+The estimate pays for one round in small on --sample-size training examples (their runs
+and hinted runs, and one rewrite per blamed predictor run on its failures; it says what
+that paid) and prints projected metric calls, LM calls and tokens, USD and wall time."""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -55,7 +56,7 @@ def _parser() -> argparse.ArgumentParser:
         "--sample-size",
         type=int,
         default=SAMPLE_SIZE,
-        help=f"training examples to run and attribute (default {SAMPLE_SIZE}, as AgentGrad.estimate)",
+        help=f"training examples to sample (default {SAMPLE_SIZE}, as AgentGrad.estimate)",
     )
     estimate.add_argument("--json", action="store_true", help="print the estimate as JSON")
     return parser

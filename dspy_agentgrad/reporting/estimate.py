@@ -1,18 +1,21 @@
 """What a run will cost, before it is paid for: metric calls, LM calls and tokens, USD, wall time.
 
-``AgentGrad.estimate`` runs the program on a few training examples and attributes
-their failures (steps 1-2 of a round, paid like a round): that measures what a run
-costs (task-LM calls and tokens, seconds), how often it fails, how many hinted runs
-a failure takes, and how blame splits over the predictors. At the start of
-``compile`` the same projection is logged from the first validation pass alone (no
-extra spend; hints and blame then take their defaults: half the predictors plus one,
-an even split, and no run reused). A round pays for the batch's runs not cached yet, the hints of its
-failures, and per cluster a rewrite checked on the cluster and, when it wins there,
-on the validation set (with ``validate_together``, one pass per round when any wins); of those
-checks, the share the sample's hinted runs reused
-(output unchanged) is taken to cost no metric call. The projection plays the rounds forward under the assumption
-``CLUSTER_WIN_RATE`` and stops where the run stops: ``max_rounds``, the budget, no
-failure left, or rounds without a new program run.
+``AgentGrad.estimate`` pays for one round in small on a few training examples (see
+:mod:`.sampling`): their runs and hinted runs measure what a run costs (task-LM calls and
+tokens, seconds), how often it fails, how many hinted runs a failure takes, how blame splits
+over the predictors and how often a run is reused; one rewrite per blamed predictor measures
+how often a rewrite wins on its cluster, how much of its predictor's failures it fixes, and
+what share of the runs under it cost a metric call. At the start of ``compile`` the same
+projection is logged from the first validation pass alone (no extra spend; hints and blame
+then take their defaults: half the predictors plus one, an even split, no run reused, and
+``CLUSTER_WIN_RATE`` of the rewrites winning and fixing all their predictor's failures).
+
+A round pays for the batch's runs not cached yet, the hints of its failures, and per cluster
+a rewrite checked on the cluster and, when it wins there, on the validation set (with
+``validate_together``, one pass per round when any wins). The projection plays the rounds
+forward and stops where the run stops: ``max_rounds``, the budget, no failure left, or rounds
+without a new program run. It takes a rewrite that wins on its cluster as accepted (validation
+is not sampled).
 
 It is an estimate, not a bound: the worst case (``worst_case_metric_calls``) is the
 ``auto`` formula of :func:`dspy_agentgrad.config.auto_budget`.
@@ -41,7 +44,7 @@ from ..runtime.usage import empty_usage
 
 logger = logging.getLogger("dspy.agentgrad")
 
-CLUSTER_WIN_RATE = 0.5  # share of rewrites that beat the old instruction on their cluster (then validated)
+CLUSTER_WIN_RATE = 0.5  # share of rewrites that beat the old instruction on their cluster, when not sampled
 ROLE_OVERHEAD_TOKENS = 300  # a prompt-LM role's own instructions and field names
 ROLE_COMPLETION_TOKENS = 150  # a gradient, a cluster list or an instruction
 MAX_PROJECTED_ROUNDS = 100  # when only max_metric_calls bounds the run
@@ -116,14 +119,21 @@ class Estimate:
 
     def _basis(self) -> str:
         s = self.sample
-        if s.hints_per_failure is None and s.blame is None:
+        if not s.examples:
             return (
                 f"from the validation pass: {s.failure_rate:.0%} of {s.runs} examples failed; hints, blame and "
                 "reuse not measured yet, projected again at each round end"
             )
+        rewrites = f"no rewrite tried, {CLUSTER_WIN_RATE:.0%} of rewrites assumed to win"
+        if s.rewrites:
+            rewrites = f"{s.rewrite_wins} of {s.rewrites} rewrites (one per blamed predictor) won on their cluster"
+        if s.fix_share is not None:
+            rewrites += f", fixing {s.fix_share:.0%} of their predictors' sampled failures"
         return (
-            f"from {s.runs} sample runs: {s.failure_rate:.0%} of the sampled examples failed, "
-            f"{s.reuse_rate:.0%} of the hinted runs that fixed nothing were reused"
+            f"from {s.examples} sampled training examples, which paid {s.paid_metric_calls} metric calls and "
+            f"{s.paid_prompt_calls} prompt-LM calls: {s.failure_rate:.0%} failed, {s.reuse_rate:.0%} of the hinted "
+            f"runs that fixed nothing were reused, {rewrites}; not measured: validation (a rewrite that wins on its "
+            "cluster is taken as accepted) and the failures of later rounds"
         )
 
 
@@ -166,8 +176,10 @@ def project_calls(
     changes (``1 - reuse_rate``). Their failures are hinted (a cached failure's hints are free).
     Per trainable predictor a candidate when its share of the batch's failures (plus those waiting
     from earlier rounds) reaches the round's minimum cluster size; its check runs the cluster under
-    the rewrite and, when it wins there (``CLUSTER_WIN_RATE``), the validation examples whose output
-    the rewrite changes: those failing for that predictor, and the others when a change shows.
+    the rewrite (the sampled share of such runs that paid a metric call) and, when it wins there
+    (the sampled win share, else ``CLUSTER_WIN_RATE``), the validation examples whose output the
+    rewrite changes: those failing for that predictor, and the others when a change shows. A
+    winner fixes the sampled share of its predictor's failures (all of them when not sampled).
     """
     batch = min(config.train_batch_size, n_train)
     hints = sample.hints_per_failure if sample.hints_per_failure is not None else (len(predictors) + 1) / 2
