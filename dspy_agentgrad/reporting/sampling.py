@@ -48,14 +48,19 @@ def measure_sample(config: AgentGradConfig, engine: RoundEngine, sample: list[ds
 
 
 def _try_rewrites(config: AgentGradConfig, engine: RoundEngine, report: AttributionReport, stats: SampleStats) -> None:
-    """One rewrite per blamed predictor, made for its largest cluster of the sample's gradients (at the
-    minimum cluster size of 1: the sample is small) and run on all of the predictor's sampled failures."""
+    """One rewrite per blamed predictor, made for its largest cluster of the sample's gradients (at the minimum
+    cluster size of 1: the sample is small), in the round's order and on top of the earlier winners as the
+    round makes them (a failure blamed on two predictors passes only once both are rewritten). Each is run
+    on all of its predictor's sampled failures; a winner's failure counts as fixed when it passes under that
+    winner or under the stack of all winners (a later winner that breaks it is validation's to reject)."""
     program, budget, evaluator = engine.state.instructions, engine.budget, engine.evaluator
     clusters, _ = engine.abstraction.abstract(engine.abstraction.gradients(report, program, 0), 1, program)
+    reverse_rank = {name: -i for i, name in enumerate(report.order)}
     largest: dict[str, Cluster] = {}
-    for cluster in sorted(clusters, key=lambda c: -len(c.members)):
+    for cluster in sorted(clusters, key=lambda c: (-len(c.members), reverse_rank.get(c.predictor, 0))):
         largest.setdefault(cluster.predictor, cluster)
-    wins = fixed = blamed_of_winners = paid = ran = 0
+    winners: list[tuple[list[dspy.Example], list[bool]]] = []  # each winner's blamed failures, and which it fixed
+    paid = ran = 0
     for name, cluster in largest.items():
         proposal = engine.rewriter.rewrite(cluster, program)
         if engine.rewriter.unusable(proposal, program[name]) is not None:
@@ -63,14 +68,20 @@ def _try_rewrites(config: AgentGradConfig, engine: RoundEngine, report: Attribut
         in_cluster = {id(g.record) for g in cluster.members}
         members = [g.record.example for g in cluster.members]
         blamed = members + [r.example for r in report.attributed[name] if id(r) not in in_cluster]
-        start = budget.metric_calls
-        after = evaluator.evaluate(program.with_instruction(name, proposal), blamed, "minibatch")
+        candidate, start = program.with_instruction(name, proposal), budget.metric_calls
+        after = evaluator.evaluate(candidate, blamed, "minibatch")
         paid, ran = paid + budget.metric_calls - start, ran + len(blamed)
-        before = evaluator.evaluate(program, members, "minibatch")  # the attribution's runs: no metric call
+        before = evaluator.evaluate(program, members, "minibatch")  # paid already, by the attribution or a check
         if exact_total(after[: len(members)]) > exact_total(before):  # the run's cluster check
-            wins += 1
-            fixed += sum(o.score >= config.max_score for o in after)
-            blamed_of_winners += len(blamed)
-    stats.rewrites, stats.rewrite_wins = len(largest), wins
-    stats.fix_share = fixed / blamed_of_winners if blamed_of_winners else None
+            winners.append((blamed, [o.score >= config.max_score for o in after]))
+            program = candidate
+    stats.rewrites, stats.rewrite_wins = len(largest), len(winners)
     stats.check_paid = paid / ran if ran else None
+    if winners:
+        stacked = evaluator.evaluate_many([(program, blamed) for blamed, _ in winners], "minibatch")
+        fixed = [
+            alone or o.score >= config.max_score
+            for (_, fixed_alone), outcomes in zip(winners, stacked)
+            for alone, o in zip(fixed_alone, outcomes)
+        ]
+        stats.fix_share = sum(fixed) / len(fixed)
