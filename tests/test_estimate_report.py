@@ -153,6 +153,16 @@ def test_the_estimate_says_what_its_sample_paid():
     assert f"which paid {len(calls)} metric calls and {sample.paid_prompt_calls} prompt-LM calls" in estimate.summary()
 
 
+def test_without_rewrites_to_try_the_estimate_says_it_assumed_their_wins():
+    """With demonstrations as the only candidates the sample tries no rewrite; the line says what it assumed."""
+    world = World()
+    dspy.configure(lm=world_lm(world))
+    train = make_data({"extract": 6, "notes": 6, "answer": 6, "none": 12})
+    estimate = AgentGrad(feedback_metric, candidates="demos", **FAST).estimate(Pipeline(), trainset=train)
+    assert estimate.sample.rewrites == world.calls["rewrite"] == 0 and estimate.sample.failure_rate > 0
+    assert "no rewrite tried: 50% assumed to win" in estimate.summary()
+
+
 def test_usd_and_wall_time_follow_the_measured_sample():
     usage = dict(calls=20, prompt_tokens=2000, completion_tokens=500)
     sample = SampleStats(runs=10, failure_rate=0.5, task_usage=usage, seconds=5.0)

@@ -124,7 +124,7 @@ class Estimate:
                 f"from the validation pass: {s.failure_rate:.0%} of {s.runs} examples failed; hints, blame and "
                 "reuse not measured yet, projected again at each round end"
             )
-        rewrites = f"no rewrite tried, {CLUSTER_WIN_RATE:.0%} of rewrites assumed to win"
+        rewrites = f"no rewrite tried: {CLUSTER_WIN_RATE:.0%} assumed to win, each fixing its predictor's failures"
         if s.rewrites:
             rewrites = f"{s.rewrite_wins} of {s.rewrites} rewrites (one per blamed predictor) won on their cluster"
         if s.fix_share is not None:
@@ -133,7 +133,7 @@ class Estimate:
             f"from {s.examples} sampled training examples, which paid {s.paid_metric_calls} metric calls and "
             f"{s.paid_prompt_calls} prompt-LM calls: {s.failure_rate:.0%} failed, {s.reuse_rate:.0%} of the hinted "
             f"runs that fixed nothing were reused, {rewrites}; not measured: validation (a rewrite that wins on its "
-            "cluster is taken as accepted) and the failures of later rounds"
+            "cluster is taken as accepted) and failures unlike the sampled ones"
         )
 
 
