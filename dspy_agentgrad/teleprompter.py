@@ -31,7 +31,6 @@ from .reporting.estimate import SAMPLE_SIZE, Estimate, StartEstimate
 from .reporting.observers import ProgressBar, RunLog, StateSnapshot
 from .reporting.report import write_report
 from .reporting.results import AgentGradResult, AttributionReport
-from .reporting.sampling import measure_sample
 from .reporting.tracking import MlflowTracker, autolog_logs_compiles, follow_dspy_autolog, import_mlflow
 from .reporting.wandb_tracking import WandbSettings, WandbTracker, import_wandb
 from .roles.instruction_proposer import InstructionProposer
@@ -40,6 +39,7 @@ from .runtime.jsonable import digest, example_key
 from .runtime.redaction import Redactor, redacted_logs
 from .runtime.run_lock import LogDirLock
 from .runtime.store import atomic_write_json, check_fingerprint
+from .sampling import measure_sample
 from .wiring import RunParts, estimator, run_lms, run_parts, run_redactor, signature_text
 
 logger = logging.getLogger("dspy.agentgrad")
@@ -234,7 +234,7 @@ class AgentGrad(Teleprompter):
         """Projected cost of ``compile(program, trainset=..., valset=...)`` before paying for it.
 
         Pays for one round in small on ``sample_size`` training examples (see
-        :mod:`dspy_agentgrad.reporting.sampling`): their runs and hinted runs, then one rewrite
+        :mod:`dspy_agentgrad.sampling`): their runs and hinted runs, then one rewrite
         per blamed predictor, run on that predictor's sampled failures. That measures a run's LM
         calls, tokens and seconds, the failure rate, how blame splits over the predictors, and
         how often a rewrite wins and how much it fixes; the rounds are then played forward (see

@@ -1,7 +1,7 @@
 """What a run will cost, before it is paid for: metric calls, LM calls and tokens, USD, wall time.
 
 ``AgentGrad.estimate`` pays for one round in small on a few training examples (see
-:mod:`.sampling`): their runs and hinted runs measure what a run costs (task-LM calls and
+:mod:`dspy_agentgrad.sampling`): their runs and hinted runs measure what a run costs (task-LM calls and
 tokens, seconds), how often it fails, how many hinted runs a failure takes, how blame splits
 over the predictors and how often a run is reused; one rewrite per blamed predictor measures
 how often a rewrite wins on its cluster, how much of its predictor's failures it fixes, and
@@ -66,7 +66,7 @@ class SampleStats:
     # fix an example leaves the program's output as it was
     reuse_rate: float = 0.0
     examples: int = 0  # training examples sampled (0: the projection at the start of compile, from validation)
-    # ``AgentGrad.estimate`` also tries one rewrite per blamed predictor (see :mod:`.sampling`)
+    # ``AgentGrad.estimate`` also tries one rewrite per blamed predictor (see :mod:`dspy_agentgrad.sampling`)
     rewrites: int = 0  # rewrites tried
     rewrite_wins: int = 0  # of those, the ones that beat the program on their cluster
     fix_share: float | None = None  # share of a winner's predictor's sampled failures its rewrite fixed

@@ -3,9 +3,9 @@
 It runs and attributes a few training examples (steps 1-2), then tries one rewrite per
 blamed predictor (steps 3-5 without validation): the gradients of its failures, their
 clusters, a rewrite of its largest cluster made on top of the earlier winners, and that
-rewrite run on every sampled failure blamed on the predictor. How often a rewrite wins on its cluster and how much of its
-predictor's failures it fixes decide how many rounds a run has, and neither can be told
-from runs and hinted runs alone.
+rewrite run on every sampled failure blamed on the predictor. How often a rewrite wins on
+its cluster and how much of its predictor's failures it fixes decide how many rounds a run
+has, and neither can be told from runs and hinted runs alone.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ import time
 
 import dspy
 
-from ..config import AgentGradConfig
-from ..core.engine import RoundEngine
-from ..core.state import AttributionReport, Cluster, exact_total
-from .estimate import SampleStats
+from .config import AgentGradConfig
+from .core.engine import RoundEngine
+from .core.state import AttributionReport, Cluster, exact_total
+from .reporting.estimate import SampleStats
 
 
 def measure_sample(config: AgentGradConfig, engine: RoundEngine, sample: list[dspy.Example]) -> SampleStats:
