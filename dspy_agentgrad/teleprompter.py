@@ -242,9 +242,13 @@ class AgentGrad(Teleprompter):
         """
         check_int("sample_size", sample_size, 1)
         names, trainset, valset, max_calls, max_rounds = self._plan(program, trainset, valset)
-        sample = random.Random(self.config.seed).sample(trainset, min(sample_size, len(trainset)))
+        draw = random.Random(self.config.seed)
+        sample = draw.sample(trainset, min(sample_size, len(trainset)))
+        chosen = {id(example) for example in sample}
+        rest = [example for example in trainset if id(example) not in chosen]
+        held_out = draw.sample(rest, min(sample_size, len(rest)))
         parts = self._parts(program, Budget(None), None)
-        stats = measure_sample(self.config, self._engine(parts, sample, sample), sample)
+        stats = measure_sample(self.config, self._engine(parts, sample, sample), sample, held_out)
         return estimator(self.config, self._lms(), names, len(trainset), len(valset), max_calls, max_rounds)(stats)
 
     def attribute(self, program: dspy.Module, examples: list[dspy.Example]) -> AttributionReport:

@@ -5,17 +5,19 @@
 tokens, seconds), how often it fails, how many hinted runs a failure takes, how blame splits
 over the predictors and how often a run is reused; one rewrite per blamed predictor measures
 how often a rewrite wins on its cluster, how much of its predictor's failures it fixes, and
-what share of the runs under it cost a metric call. At the start of ``compile`` the same
-projection is logged from the first validation pass alone (no extra spend; hints and blame
-then take their defaults: half the predictors plus one, an even split, no run reused, and
-``CLUSTER_WIN_RATE`` of the rewrites winning and fixing all their predictor's failures).
+what share of the runs under it cost a metric call; the stack of winners, run on as many held-out
+training examples, measures how much of their fix reaches failures they were not written from.
+At the start of ``compile`` the same projection is logged from the first validation pass alone
+(no extra spend; hints and blame then take their defaults: half the predictors plus one, an even
+split, no run reused, and ``CLUSTER_WIN_RATE`` of the rewrites winning and fixing all their predictor's failures).
 
 A round pays for the batch's runs not cached yet, the hints of its failures, and per cluster
 a rewrite checked on the cluster and, when it wins there, on the validation set (with
 ``validate_together``, one pass per round when any wins). The projection plays the rounds
 forward and stops where the run stops: ``max_rounds``, the budget, no failure left, or rounds
 without a new program run. It takes a rewrite that wins on its cluster as accepted (validation
-is not sampled).
+is not sampled). A predictor's first accepted rewrite fixes the held-out share; a later rewrite of it
+fixes the rest as the sampled rewrites fixed their own failures (a later batch shows them).
 
 It is an estimate, not a bound: the worst case (``worst_case_metric_calls``) is the
 ``auto`` formula of :func:`dspy_agentgrad.config.auto_budget`.
@@ -71,6 +73,9 @@ class SampleStats:
     rewrite_wins: int = 0  # of those, the ones that beat the program on their cluster
     fix_share: float | None = None  # share of a winner's predictor's sampled failures its rewrite fixed
     check_paid: float | None = None  # share of the runs under a rewrite that paid a metric call
+    # held-out failures the winners fixed, as a share of the sampled failures they fixed (capped at 1):
+    # how much of a first rewrite's fix reaches the failures it was not written from; None when not measured
+    carry_over: float | None = None
     paid_metric_calls: int = 0  # what the sample paid, all of it
     paid_prompt_calls: int = 0
 
@@ -129,11 +134,15 @@ class Estimate:
             rewrites = f"{s.rewrite_wins} of {s.rewrites} rewrites (one per blamed predictor) won on their cluster"
         if s.fix_share is not None:
             rewrites += f", fixing {s.fix_share:.0%} of their predictors' sampled failures"
+        unseen = "failures unlike the sampled ones"
+        if s.carry_over is not None:
+            rewrites += f" and {s.carry_over:.0%} as large a share of held-out training examples' failures"
+            unseen = "how fast later rounds fix what the first ones miss"
         return (
             f"from {s.examples} sampled training examples, which paid {s.paid_metric_calls} metric calls and "
             f"{s.paid_prompt_calls} prompt-LM calls: {s.failure_rate:.0%} failed, {s.reuse_rate:.0%} of the hinted "
             f"runs that fixed nothing were reused, {rewrites}; not measured: validation (a rewrite that wins on its "
-            "cluster is taken as accepted) and failures unlike the sampled ones"
+            f"cluster is taken as accepted) and {unseen}"
         )
 
 
@@ -193,6 +202,11 @@ def project_calls(
     current, ever, idle = 0.0, 0.0, 0
     win = sample.win_rate if sample.win_rate is not None else CLUSTER_WIN_RATE
     fix = sample.fix_share if sample.fix_share is not None else 1.0  # of its predictor's failures, when it wins
+    # a predictor's first rewrite fixes that share of its failures: those like the ones it was written from; the
+    # others (defects its batch did not show, or hid behind an earlier step's) a later batch shows, and a later
+    # rewrite of it fixes them as the sample's rewrites fixed theirs
+    first_fix = fix * (sample.carry_over if sample.carry_over is not None else 1.0)
+    rewritten: set[str] = set()
     check = sample.check_paid if sample.check_paid is not None else 1.0  # of a cluster's runs under a rewrite
     if so_far is not None:
         tally = _Tally(metric_calls=so_far.metric_calls, rounds=so_far.rounds)
@@ -233,7 +247,9 @@ def project_calls(
             spent += pool * check + (0.0 if config.validate_together else win * changed_val)
             stacked += rates[name]
             candidates, waiting[name] = candidates + 1, 0.0
-            rates[name] *= 1 - win * fix  # an accepted rewrite fixes (that share of) its predictor's failures
+            # an accepted rewrite fixes (that share of) its predictor's failures
+            rates[name] *= 1 - win * (fix if name in rewritten else first_fix)
+            rewritten.add(name)
             if rates[name] * n_train < 1:
                 rates[name] = 0.0  # not one failure of it left in the training set
         if config.validate_together:
