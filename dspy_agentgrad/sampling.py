@@ -18,7 +18,7 @@ import dspy
 from .config import AgentGradConfig
 from .core.attribution import Attribution
 from .core.engine import RoundEngine
-from .core.state import Cluster, exact_total
+from .core.state import CandidateRecord, Cluster, exact_total
 from .program.evaluation import Evaluator
 from .program.program_state import ProgramState
 from .reporting.estimate import SampleStats
@@ -78,7 +78,7 @@ def _try_rewrites(
     for cluster in sorted(clusters, key=lambda c: (-len(c.members), reverse_rank.get(c.predictor, 0))):
         largest.setdefault(cluster.predictor, cluster)
     winners: list[tuple[list[dspy.Example], list[bool]]] = []  # each winner's blamed failures, and which it fixed
-    paid = ran = 0
+    paid = ran = repeats = 0
     for name, cluster in largest.items():
         proposal = engine.rewriter.rewrite(cluster, program)
         if engine.rewriter.unusable(proposal, program[name]) is not None:
@@ -93,7 +93,11 @@ def _try_rewrites(
         if exact_total(after[: len(members)]) > exact_total(before):  # the run's cluster check
             winners.append((blamed, [o.score >= config.max_score for o in after]))
             program = candidate
+        else:
+            repeats += _proposed_again(engine, cluster, program, proposal)
     stats.rewrites, stats.rewrite_wins = len(largest), len(winners)
+    losers = len(largest) - len(winners)
+    stats.repeat_share = repeats / losers if losers else None
     stats.check_paid = paid / ran if ran else None
     if not winners:
         return
@@ -109,6 +113,15 @@ def _try_rewrites(
     held = _fixed_share(config, evaluator, start_program, program, held_out) if held_out else None
     if held is not None and in_sample:
         stats.carry_over = min(1.0, held / in_sample)
+
+
+def _proposed_again(engine: RoundEngine, cluster: Cluster, program: ProgramState, proposal: str) -> bool:
+    """Whether the rewrite role, shown ``proposal`` as rejected, proposes it again for the same cluster (a
+    run's later rounds then judge it on runs already paid for)."""
+    name = cluster.predictor
+    lost = CandidateRecord(0, name, len(cluster.members), 1, cluster.text, program[name], proposal)
+    engine.state.candidates.append(lost)  # the sample's own engine: its history, not the run's
+    return engine.rewriter.rewrite(cluster, program) == proposal
 
 
 def _fixed_share(

@@ -81,16 +81,21 @@ def test_with_reuse_the_estimate_is_within_30_percent_of_the_run(world, name):
     )
 
 
+@pytest.mark.parametrize("reuse_calls", [True, False], ids=["reuse on", "reuse off"])
 @pytest.mark.parametrize("name", sorted(REUSE_RUNS))
-def test_where_no_rewrite_ever_wins_the_estimate_is_within_30_percent_of_the_run(name):
+def test_where_no_rewrite_ever_wins_the_estimate_is_within_30_percent_of_the_run(name, reuse_calls):
     """A world whose predictors ignore instructions (they learn from demonstrations only): every rewrite
     loses on its cluster, nothing is accepted, and the run stops once its runs are all paid. The sample's
-    rewrites lose too, and the projection follows them instead of assuming that half win."""
+    rewrites lose too, and the projection follows them instead of assuming that half win. Its rewrite role
+    proposes a lost rewrite again, so once every training example has run, a round's check runs only what
+    it ran before and costs no metric call, even without reuse: the run stalls, and the sample saw it."""
     options, train_kinds = REUSE_RUNS[name]
-    estimate, result = _estimate_and_run(options, train_kinds, True, lambda: World(learns_from="demos"))
+    estimate, result = _estimate_and_run(options, train_kinds, reuse_calls, lambda: World(learns_from="demos"))
     assert result.candidates and not result.accepted  # rewrites were tried, and all lost
-    assert estimate.sample.rewrite_wins == 0 < estimate.sample.rewrites
+    assert result.stop_reason.startswith("stalled") or "max_rounds" in result.stop_reason
+    assert estimate.sample.rewrite_wins == 0 < estimate.sample.rewrites and estimate.sample.repeat_share == 1.0
     assert f"0 of {estimate.sample.rewrites} rewrites" in estimate.summary()
+    assert "proposed 100% of the losers again" in estimate.summary()
     assert abs(estimate.metric_calls - result.metric_calls) <= 0.3 * result.metric_calls, (
         estimate.summary(),
         result.metric_calls,

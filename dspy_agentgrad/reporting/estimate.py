@@ -76,6 +76,8 @@ class SampleStats:
     # held-out failures the winners fixed, as a share of the sampled failures they fixed (capped at 1):
     # how much of a first rewrite's fix reaches the failures it was not written from; None when not measured
     carry_over: float | None = None
+    # share of the losing rewrites that the rewrite role, shown its loss, proposed again word for word
+    repeat_share: float | None = None
     paid_metric_calls: int = 0  # what the sample paid, all of it
     paid_prompt_calls: int = 0
 
@@ -134,6 +136,8 @@ class Estimate:
             rewrites = f"{s.rewrite_wins} of {s.rewrites} rewrites (one per blamed predictor) won on their cluster"
         if s.fix_share is not None:
             rewrites += f", fixing {s.fix_share:.0%} of their predictors' sampled failures"
+        if s.repeat_share is not None:
+            rewrites += f"; the rewrite role proposed {s.repeat_share:.0%} of the losers again when shown their loss"
         unseen = "failures unlike the sampled ones"
         if s.carry_over is not None:
             rewrites += f" and {s.carry_over:.0%} as large a share of held-out training examples' failures"
@@ -208,6 +212,7 @@ def project_calls(
     first_fix = fix * (sample.carry_over if sample.carry_over is not None else 1.0)
     rewritten: set[str] = set()
     check = sample.check_paid if sample.check_paid is not None else 1.0  # of a cluster's runs under a rewrite
+    repeat = sample.repeat_share if sample.repeat_share is not None else 0.0
     if so_far is not None:
         tally = _Tally(metric_calls=so_far.metric_calls, rounds=so_far.rounds)
         rates, hard = {name: so_far.rates.get(name, 0.0) for name in predictors}, so_far.hard
@@ -244,7 +249,9 @@ def project_calls(
             changed_val = n_val * (rates[name] + (1 - rates[name]) * change)
             # its cluster under the rewrite; the validation set when it wins there (alone, or in the round's
             # one shared pass under ``validate_together``)
-            spent += pool * check + (0.0 if config.validate_together else win * changed_val)
+            # a losing rewrite proposed again is judged on runs paid for already once the batch holds no new run
+            cached = (1 - win) * repeat if fresh < 0.5 else 0.0
+            spent += pool * check * (1 - cached) + (0.0 if config.validate_together else win * changed_val)
             stacked += rates[name]
             candidates, waiting[name] = candidates + 1, 0.0
             # an accepted rewrite fixes (that share of) its predictor's failures
