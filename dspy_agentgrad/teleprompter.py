@@ -235,9 +235,10 @@ class AgentGrad(Teleprompter):
 
         Pays for one round in small on ``sample_size`` training examples (see
         :mod:`dspy_agentgrad.sampling`): their runs and hinted runs, then one rewrite
-        per blamed predictor, run on that predictor's sampled failures. That measures a run's LM
-        calls, tokens and seconds, the failure rate, how blame splits over the predictors, and
-        how often a rewrite wins and how much it fixes; the rounds are then played forward (see
+        per blamed predictor, run on that predictor's sampled failures, and the winners on as many
+        other training examples. That measures a run's LM calls, tokens and seconds, the failure
+        rate, how blame splits over the predictors, and how often a rewrite wins and how much it
+        fixes, of the sampled failures and of others; the rounds are then played forward (see
         :mod:`dspy_agentgrad.reporting.estimate`). The estimate says what its sample paid.
         """
         check_int("sample_size", sample_size, 1)
