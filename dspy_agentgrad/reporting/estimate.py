@@ -8,7 +8,8 @@ a failure takes, and how blame splits over the predictors. At the start of
 extra spend; hints and blame then take their defaults: half the predictors plus one,
 an even split, and no run reused). A round pays for the batch's runs not cached yet, the hints of its
 failures, and per cluster a rewrite checked on the cluster and, when it wins there,
-on the validation set (with ``validate_together``, one pass per round when any wins); of those
+on the validation set (with ``validate_together``, one pass per stack of winners, which spans ``stack_rounds``
+rounds); of those
 checks, the share the sample's hinted runs reused
 (output unchanged) is taken to cost no metric call. The projection plays the rounds forward under the assumption
 ``CLUSTER_WIN_RATE`` and stops where the run stops: ``max_rounds``, the budget, no
@@ -166,6 +167,7 @@ def project_calls(
     rates = {name: sample.failure_rate * blame.get(name, 0.0) for name in predictors}
     hard = sample.failure_rate * max(0.0, 1 - sum(blame.values()))
     current, ever, idle, win = 0.0, 0.0, 0, CLUSTER_WIN_RATE
+    stack = [0.0, 0.0, 0]  # winners' failure share, candidates and rounds of the stack waiting for its pass
     if so_far is not None:
         tally = _Tally(metric_calls=so_far.metric_calls, rounds=so_far.rounds)
         rates, hard = {name: so_far.rates.get(name, 0.0) for name in predictors}, so_far.hard
@@ -205,12 +207,11 @@ def project_calls(
             rates[name] *= 1 - win  # an accepted rewrite fixes the failures blamed on its predictor
             if rates[name] * n_train < 1:
                 rates[name] = 0.0  # not one failure of it left in the training set
-        if config.validate_together:
-            # one validation pass when any candidate of the round wins its cluster, on the stack of the
-            # winners: its output changes on the failures of every winner's predictor (each wins with
-            # ``win``), and on the other examples when a change shows (as one candidate's pass)
-            stacked = min(1.0, stacked)
-            spent += n_val * (win * stacked + (1 - win * stacked) * change * (1 - (1 - win) ** candidates))
+        if config.validate_together and (candidates or stack[2]):
+            stack = [stack[0] + stacked, stack[1] + candidates, stack[2] + 1]
+            if stack[2] >= config.stack_rounds:
+                spent += _stack_pass(n_val, win, change, stack[0], stack[1])
+                stack = [0.0, 0.0, 0]
         if max_metric_calls is not None and tally.metric_calls + spent > max_metric_calls:
             tally.metric_calls, tally.rounds = max_metric_calls, tally.rounds + 1  # stops at the step that won't fit
             break
@@ -222,7 +223,18 @@ def project_calls(
         idle = idle + 1 if spent < 0.5 else 0
         if idle >= len(config.cluster_schedule):
             break  # the engine stops: rounds without a new program run
+    last = _stack_pass(n_val, win, change, stack[0], stack[1]) if stack[1] else 0.0
+    if max_metric_calls is None or tally.metric_calls + last <= max_metric_calls:
+        tally.metric_calls += last  # the engine validates a stack still waiting when the run ends
     return tally
+
+
+def _stack_pass(n_val: int, win: float, change: float, stacked: float, candidates: float) -> float:
+    """Expected metric calls of one validation pass when any candidate of a stack wins its cluster, on the stack
+    of the winners: its output changes on the failures of every winner's predictor (each wins with ``win``), and
+    on the other examples when a change shows (as one candidate's pass)."""
+    stacked = min(1.0, stacked)
+    return n_val * (win * stacked + (1 - win * stacked) * change * (1 - (1 - win) ** candidates))
 
 
 def build_estimate(
