@@ -74,11 +74,10 @@ class BatchSampler:
 @dataclass
 class Provisional:
     """Winners installed but not validated yet (``stack_rounds``): ``validated`` is the program they build on (the
-    best one validated), ``rounds`` how many rounds the stack spans so far."""
+    best one validated)."""
 
     validated: ProgramState
     winners: list[CandidateRecord]
-    rounds: int
 
     @property
     def program(self) -> ProgramState:
@@ -158,9 +157,9 @@ class RoundEngine:
         rewrite cannot ride along. When every candidate wins and is accepted, the decisions are
         :meth:`update`'s, for one validation pass instead of one per candidate.
 
-        With ``stack_rounds`` above 1 the stack spans rounds: until it holds that many rounds, its winners
-        stay installed unvalidated (:class:`Provisional`), the next round attributes and rewrites on top of
-        them, and they are returned with the round that validates them.
+        With ``stack_rounds`` above 1 the stack spans a window of that many rounds: until the window's last round,
+        its winners stay installed unvalidated (:class:`Provisional`), the next round attributes and rewrites on
+        top of them, and they are returned with the round that validates them.
         """
         self.finish_validation()
         pending = self._provisional
@@ -184,10 +183,9 @@ class RoundEngine:
         if not winners:
             return records
         base = pending.validated if pending else self.state.instructions
-        rounds = pending.rounds + 1 if pending else 1
         needed = self.evaluator.cost(program, self.valset)
-        if rounds < self.config.stack_rounds and needed <= self.budget.remaining():  # waits for the next round's
-            self._provisional, self.state.instructions = Provisional(base, winners, rounds), program
+        if self._stack_waits() and needed <= self.budget.remaining():  # waits for the next round's winners
+            self._provisional, self.state.instructions = Provisional(base, winners), program
             self.budget.set_aside(needed)  # its validation pass stays paid for
             return [record for record in records if record not in winners]
         self._provisional = None
@@ -469,6 +467,7 @@ class RoundEngine:
             judged = (propose(cluster, minimum) for cluster in ready for propose in proposals)
         for candidate in judged:
             self._record(record, candidate)
+        record.stacked = [winner.predictor for winner in self._provisional.winners] if self._provisional else []
         record.best_val_score = self.state.best_val_score
         record.metric_calls = self.budget.metric_calls
         self.state.round_index += 1
@@ -476,8 +475,10 @@ class RoundEngine:
         return record
 
     def _stack_waits(self) -> bool:
-        """Whether this round's winners will wait, unvalidated, for the next round's (``stack_rounds``)."""
-        return (self._provisional.rounds if self._provisional else 0) + 1 < self.config.stack_rounds
+        """Whether this round's winners wait, unvalidated, for the next round's: the rounds are grouped in windows of
+        ``stack_rounds`` (0-1, 2-3, ... with 2), and a window's winners share the pass at its last round. A fixed
+        window bounds the passes as a window opened by each first winner would, with less waiting on average."""
+        return (self.state.round_index + 1) % self.config.stack_rounds != 0
 
     def _record(self, round_record: RoundRecord, candidate: CandidateRecord) -> None:
         """Keep a judged candidate in the state and the round's counts; report it (the log is an observer's)."""

@@ -133,6 +133,8 @@ class RunSoFar:
     current: float  # training examples run under the current instructions
     ever: float  # training examples run at all
     win_rate: float  # share of rewrites that won on their cluster so far (shrunk toward CLUSTER_WIN_RATE)
+    stacked: float = 0.0  # failures per example blamed on the winners waiting for their validation pass
+    stacked_winners: int = 0  # those winners (``stack_rounds``)
 
 
 def project_calls(
@@ -167,11 +169,12 @@ def project_calls(
     rates = {name: sample.failure_rate * blame.get(name, 0.0) for name in predictors}
     hard = sample.failure_rate * max(0.0, 1 - sum(blame.values()))
     current, ever, idle, win = 0.0, 0.0, 0, CLUSTER_WIN_RATE
-    stack = [0.0, 0.0, 0]  # winners' failure share, candidates and rounds of the stack waiting for its pass
+    stack = [0.0, 0.0]  # winners' failure share and candidates of the stack waiting for its pass
     if so_far is not None:
         tally = _Tally(metric_calls=so_far.metric_calls, rounds=so_far.rounds)
         rates, hard = {name: so_far.rates.get(name, 0.0) for name in predictors}, so_far.hard
         current, ever, win = so_far.current, so_far.ever, so_far.win_rate
+        stack = [so_far.stacked, float(so_far.stacked_winners)]
     limit = max_rounds if max_rounds is not None else MAX_PROJECTED_ROUNDS
     while tally.rounds < limit:
         rate = hard + sum(rates.values())
@@ -207,11 +210,11 @@ def project_calls(
             rates[name] *= 1 - win  # an accepted rewrite fixes the failures blamed on its predictor
             if rates[name] * n_train < 1:
                 rates[name] = 0.0  # not one failure of it left in the training set
-        if config.validate_together and (candidates or stack[2]):
-            stack = [stack[0] + stacked, stack[1] + candidates, stack[2] + 1]
-            if stack[2] >= config.stack_rounds:
+        if config.validate_together:  # one pass per window of ``stack_rounds`` rounds with a winner
+            stack = [stack[0] + stacked, stack[1] + candidates]
+            if stack[1] and (tally.rounds + 1) % config.stack_rounds == 0:
                 spent += _stack_pass(n_val, win, change, stack[0], stack[1])
-                stack = [0.0, 0.0, 0]
+                stack = [0.0, 0.0]
         if max_metric_calls is not None and tally.metric_calls + spent > max_metric_calls:
             tally.metric_calls, tally.rounds = max_metric_calls, tally.rounds + 1  # stops at the step that won't fit
             break
@@ -359,6 +362,7 @@ class StartEstimate(AgentGradCallback):
         r = event.record
         batch = max(1, r.batch_size)
         self.ever = min(self.n_train, self.ever + batch)
+        self.kept |= set(r.stacked)  # in place for the next round, as if accepted
         self.current = 0.0 if self.kept else min(self.n_train, self.current + batch)
         if self.estimate is not None:
             so_far = RunSoFar(
@@ -369,6 +373,8 @@ class StartEstimate(AgentGradCallback):
                 current=self.current,
                 ever=self.ever,
                 win_rate=(self.cluster_wins + 2 * CLUSTER_WIN_RATE) / (self.candidates + 2),
+                stacked=sum(n / batch for name, n in r.attributed.items() if name in r.stacked),
+                stacked_winners=len(r.stacked),
             )
             self.projected = max(r.metric_calls, self.estimate_from(self.sample, so_far).metric_calls)
         self.kept = set()
