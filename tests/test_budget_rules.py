@@ -7,7 +7,7 @@ import dspy
 import pytest
 from world import Pipeline, World, feedback_metric, make_data, world_lm
 
-from dspy_agentgrad import AgentGrad
+from dspy_agentgrad import AgentGrad, AgentGradCallback
 from dspy_agentgrad.runtime.budget import Budget, BudgetExhausted, TaskCapReached, TaskTicket
 
 FAST = dict(retry_backoff_s=0, progress=False, auto=None)
@@ -104,7 +104,7 @@ def test_a_stack_that_loses_on_validation_falls_back_to_each_winner_alone():
     assert not all(c.accepted for c in together.candidates) and any(c.accepted for c in together.candidates)
 
 
-def two_rounds(stack_rounds: int, overfit: tuple[str, ...] = (), threads: int = 1, **budget):
+def two_rounds(stack_rounds: int, overfit: tuple[str, ...] = (), threads: int = 1, **options):
     """Two rounds of two training examples: the answer and notes rewrites win in round 0, extract's in round 1."""
     dspy.configure(lm=world_lm(World(overfit=overfit)))
     train = make_data({"extract": 2, "notes": 2, "answer": 2})
@@ -117,7 +117,7 @@ def two_rounds(stack_rounds: int, overfit: tuple[str, ...] = (), threads: int = 
         reuse_calls=False,
         stack_rounds=stack_rounds,
         num_threads=threads,
-        **(budget or {"max_rounds": 2}),
+        **(options or {"max_rounds": 2}),
         **FAST,
     )
     return optimizer.compile(Pipeline(), trainset=train, valset=val).detailed_results
@@ -151,6 +151,25 @@ def test_a_waiting_stack_keeps_its_validation_pass_when_the_budget_runs_out():
     assert "set aside" in result.stop_reason and result.metric_calls <= 34
     assert verdicts(result) == [(0, "answer", True), (0, "notes", True)]
     assert result.best_val_score > result.initial_val_score
+
+
+def test_a_waiting_stack_is_validated_when_a_stop_callback_ends_the_run():
+    result = two_rounds(2, max_rounds=2, stop_callbacks=[lambda status: status.rounds >= 1])
+    assert "stop callback" in result.stop_reason
+    assert verdicts(result) == [(0, "answer", True), (0, "notes", True)]
+    assert result.best_val_score > result.initial_val_score
+
+
+def test_after_ctrl_c_a_waiting_stack_is_dropped_and_the_last_validated_program_returned():
+    class CtrlC(AgentGradCallback):
+        def on_round_start(self, event):
+            if event.round == 1:
+                raise KeyboardInterrupt
+
+    result = two_rounds(2, max_rounds=2, callbacks=[CtrlC()])
+    assert result.interrupted and verdicts(result) == [(0, "answer", False), (0, "notes", False)]
+    assert all("stopped before its stack's validation pass" in c.reason for c in result.candidates)
+    assert result.final_instructions == result.initial_instructions
 
 
 def test_stack_rounds_must_be_a_positive_integer():

@@ -213,7 +213,8 @@ class RoundEngine:
 
     def _settle_provisional(self, validate: bool) -> None:
         """On the way out: a stack still waiting for its validation pass gets it when ``validate`` and the budget
-        allows; otherwise the program goes back to the last validated one. Its winners are recorded either way."""
+        allows; otherwise the program goes back to the last validated one. Its winners are recorded either way (a
+        stop callback asking again, at their verdicts, changes nothing: the run is ending)."""
         pending, self._provisional = self._provisional, None
         if pending is None:
             return
@@ -228,7 +229,10 @@ class RoundEngine:
         for record in pending.winners:
             if not checked and not record.accepted:
                 record.reason = "won its cluster; the run stopped before its stack's validation pass"
-            self._record(self.state.rounds[-1], record)
+            try:
+                self._record(self.state.rounds[-1], record)
+            except StopRun:
+                pass
 
     def _validate_alone(self, record: CandidateRecord) -> None:
         """A winner of its cluster validated on the current program (after its stack lost)."""
@@ -343,6 +347,8 @@ class RoundEngine:
                 self._settle_provisional(validate=True)
             except StopRun as stop:
                 self.state.stop_reason = str(stop)
+                self._settle_validation()
+                self._settle_provisional(validate=True)
             except KeyboardInterrupt:
                 self.state.interrupted, self.state.stop_reason = True, "interrupted (KeyboardInterrupt)"
             finally:
