@@ -187,7 +187,8 @@ class RoundEngine:
         if self._stack_waits() and needed <= self.budget.remaining():  # waits for the next round's winners
             self._provisional, self.state.instructions = Provisional(base, winners), program
             self.budget.set_aside(needed)  # its validation pass stays paid for
-            return [record for record in records if record not in winners]
+            waiting = {id(winner) for winner in winners}
+            return [record for record in records if id(record) not in waiting]
         self._provisional = None
         self._validate_stack(base, program, winners)
         return winners[: len(pending.winners)] + records if pending else records
