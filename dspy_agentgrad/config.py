@@ -22,6 +22,7 @@ PRESETS = {
         "reuse_calls": False,
         "speculate": False,
         "validate_together": False,
+        "stack_rounds": 1,
         "cumulative_hints": False,
         "cluster_schedule": (3, 2, 1),
     },
@@ -128,6 +129,7 @@ class AgentGradConfig:
     reuse_calls: bool = True
     speculate: bool = True
     validate_together: bool = True
+    stack_rounds: int = 2
     preset: str | None = None
     candidates: str = "instructions"
     max_demos: int = 3
@@ -175,7 +177,14 @@ class AgentGradConfig:
         optional_counts = ("max_metric_calls", "max_full_evals", "max_rounds", "max_prompt_tokens", "max_task_calls")
         for name in (*optional_counts, "max_task_tokens"):
             check_int(name, getattr(self, name), 1, optional=True)
-        for name in ("num_threads", "train_batch_size", "retry_attempts", "eval_chunk_size", "max_field_chars"):
+        for name in (
+            "num_threads",
+            "train_batch_size",
+            "retry_attempts",
+            "eval_chunk_size",
+            "max_field_chars",
+            "stack_rounds",
+        ):
             check_int(name, getattr(self, name), 1)
         check_int("max_instruction_chars", self.max_instruction_chars, 50)
         check_int("seed", self.seed, None)

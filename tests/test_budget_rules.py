@@ -1,4 +1,5 @@
-"""Task-LM caps that hold whatever reuse saves, and candidates validated together."""
+"""Task-LM caps that hold whatever reuse saves, and candidates validated together (within a round and across
+rounds)."""
 
 from __future__ import annotations
 
@@ -6,8 +7,8 @@ import dspy
 import pytest
 from world import Pipeline, World, feedback_metric, make_data, world_lm
 
-from dspy_agentgrad import AgentGrad
-from dspy_agentgrad.runtime.budget import Budget, TaskCapReached, TaskTicket
+from dspy_agentgrad import AgentGrad, AgentGradCallback
+from dspy_agentgrad.runtime.budget import Budget, BudgetExhausted, TaskCapReached, TaskTicket
 
 FAST = dict(retry_backoff_s=0, progress=False, auto=None)
 
@@ -103,9 +104,95 @@ def test_a_stack_that_loses_on_validation_falls_back_to_each_winner_alone():
     assert not all(c.accepted for c in together.candidates) and any(c.accepted for c in together.candidates)
 
 
+def two_rounds(stack_rounds: int, overfit: tuple[str, ...] = (), threads: int = 1, **options):
+    """Two rounds of two training examples: the answer and notes rewrites win in round 0, extract's in round 1."""
+    dspy.configure(lm=world_lm(World(overfit=overfit)))
+    train = make_data({"extract": 2, "notes": 2, "answer": 2})
+    val = make_data({"none": 6, "extract": 2, "notes": 2, "answer": 2}, start=50)
+    optimizer = AgentGrad(
+        feedback_metric,
+        cluster_schedule=(1,),
+        train_batch_size=2,
+        speculate=False,
+        reuse_calls=False,
+        stack_rounds=stack_rounds,
+        num_threads=threads,
+        **(options or {"max_rounds": 2}),
+        **FAST,
+    )
+    return optimizer.compile(Pipeline(), trainset=train, valset=val).detailed_results
+
+
+def verdicts(result) -> list[tuple[int, str, bool]]:
+    return [(c.round, c.predictor, c.accepted) for c in result.candidates]
+
+
+@pytest.mark.parametrize("threads", [1, 4])
+def test_winners_of_two_rounds_share_one_validation_pass(threads):
+    each, both = two_rounds(1, threads=threads), two_rounds(2, threads=threads)
+    assert verdicts(both) == verdicts(each) == [(0, "answer", True), (0, "notes", True), (1, "extract", True)]
+    assert both.final_instructions == each.final_instructions and both.best_val_score == each.best_val_score == 1.0
+    assert both.phase_calls["validate"] == each.phase_calls["validate"] - 12  # round 0's own pass is not needed
+    assert "validated with 2 other winner(s)" in both.candidates[0].reason
+
+
+def test_a_two_round_stack_that_loses_falls_back_to_each_winner_alone():
+    # extract's rewrite wins its cluster in round 1 but breaks validation: the stack of both rounds loses, each
+    # winner is validated alone on the last validated program, and the harmful rewrite is not kept
+    each, both = two_rounds(1, overfit=("extract",)), two_rounds(2, overfit=("extract",))
+    assert verdicts(both) == verdicts(each) == [(0, "answer", True), (0, "notes", True), (1, "extract", False)]
+    assert both.final_instructions == each.final_instructions
+    assert both.final_instructions["extract"] == both.initial_instructions["extract"]
+
+
+def test_a_waiting_stack_keeps_its_validation_pass_when_the_budget_runs_out():
+    # round 0's winners wait for round 1, which runs out of budget: the pass set aside for them is still paid
+    result = two_rounds(2, max_metric_calls=34)
+    assert "set aside" in result.stop_reason and result.metric_calls <= 34
+    assert verdicts(result) == [(0, "answer", True), (0, "notes", True)]
+    assert result.best_val_score > result.initial_val_score
+
+
+def test_a_waiting_stack_is_validated_when_a_stop_callback_ends_the_run():
+    result = two_rounds(2, max_rounds=2, stop_callbacks=[lambda status: status.rounds >= 1])
+    assert "stop callback" in result.stop_reason
+    assert verdicts(result) == [(0, "answer", True), (0, "notes", True)]
+    assert result.best_val_score > result.initial_val_score
+
+
+def test_after_ctrl_c_a_waiting_stack_is_dropped_and_the_last_validated_program_returned():
+    class CtrlC(AgentGradCallback):
+        def on_round_start(self, event):
+            if event.round == 1:
+                raise KeyboardInterrupt
+
+    result = two_rounds(2, max_rounds=2, callbacks=[CtrlC()])
+    assert result.interrupted and verdicts(result) == [(0, "answer", False), (0, "notes", False)]
+    assert all("stopped before its stack's validation pass" in c.reason for c in result.candidates)
+    assert result.final_instructions == result.initial_instructions
+
+
+def test_stack_rounds_must_be_a_positive_integer():
+    with pytest.raises(ValueError, match="stack_rounds"):
+        AgentGrad(feedback_metric, stack_rounds=0, max_rounds=1, **FAST)
+
+
+def test_metric_calls_set_aside_are_out_of_reach_until_given_back():
+    budget = Budget(max_metric_calls=10)
+    budget.charge(3)
+    budget.set_aside(5)
+    assert budget.remaining() == 2
+    with pytest.raises(BudgetExhausted, match="5 set aside"):
+        budget.charge(3)
+    budget.set_aside(0)
+    budget.charge(7)
+    assert budget.remaining() == 0
+
+
 def test_the_paper_preset_sets_the_papers_procedure_and_an_option_passed_wins():
     paper = AgentGrad(feedback_metric, preset="paper", max_rounds=1, **FAST).config
     assert (paper.reuse_calls, paper.speculate, paper.validate_together, paper.cumulative_hints) == (False,) * 4
+    assert paper.stack_rounds == 1
     assert paper.cluster_schedule == (3, 2, 1)
     mixed = AgentGrad(feedback_metric, preset="paper", cumulative_hints=True, max_rounds=1, **FAST).config
     assert mixed.cumulative_hints and not mixed.validate_together

@@ -231,7 +231,9 @@ def finished_run(world, tmp_path):
     dspy.configure(lm=world_lm(World(overfit=("extract",))))
     train = make_data({"extract": 3, "notes": 3, "answer": 3, "none": 3})
     val = make_data({"extract": 2, "notes": 2, "answer": 2, "none": 2}, start=100)
-    AgentGrad(feedback_metric, auto=None, max_rounds=4, log_dir=tmp_path, **FAST).compile(
+    # one round per stack (stack_rounds=1): the overfitting extract rewrite is then judged in a round of its own,
+    # so the run has both a shared validation pass that wins and candidates validated alone
+    AgentGrad(feedback_metric, auto=None, max_rounds=4, stack_rounds=1, log_dir=tmp_path, **FAST).compile(
         Pipeline(), trainset=train, valset=val
     )
     return tmp_path

@@ -1,11 +1,14 @@
-"""Where AgentGrad's metric calls and wall time went, from compare folders (``benchmarks.synthetic.compare``).
+"""Where AgentGrad's metric calls, task-LM calls and wall time went, from compare folders
+(``benchmarks.synthetic.compare``).
 
 ``python -m benchmarks.synthetic.profile DIR [DIR ...]`` prints, per folder, the median over its seeds of
-each phase's share of AgentGrad's metric calls and of its wall time (``phase_calls`` / ``phase_wall_s`` of
-the result: the batch ``evaluate``, single-hint levels ``intervene``, ``cumulative`` hints, cluster checks
-``minibatch``, ``validate``; wall shares add up to more than 1 where phases overlap, as the starting
-validation pass does with the first round), the rounds and candidates judged, and the share of the wall
-that came after the final best score was first reached.
+each phase's share of AgentGrad's metric calls, of its task-LM calls and of its wall time (``phase_calls``,
+``usage["by_phase"]`` and ``phase_wall_s`` of the result: the batch ``evaluate``, single-hint levels
+``intervene``, ``cumulative`` hints, cluster checks ``minibatch``, ``validate``), the rounds and candidates
+judged, and the share of the wall that came after the final best score was first reached. Metric and task-LM
+shares differ where steps reword: a run is one metric call but up to one task-LM call per step it re-runs.
+Wall shares add up to more than 1 where phases overlap, as the starting validation pass does with the first
+round.
 """
 
 from __future__ import annotations
@@ -25,10 +28,13 @@ def profile(folder: Path) -> dict:
         entry = json.loads(path.read_text())["benchmarks"]["synthetic"]["optimizers"]["agentgrad"]
         result = entry["details"]["result"]
         calls, wall = result.get("phase_calls", {}), result.get("phase_wall_s", {})
+        usage = result.get("usage", {})
+        task_calls, total_task = usage.get("by_phase", {}), max(usage.get("task", {}).get("calls", 0), 1)
         seconds = entry["details"].get("curve_seconds") or [entry["wall_time_s"]]
         best_at = next(s for (c, v), s in zip(entry["curve"], seconds) if v >= entry["val_score"] - 1e-12)
         total_calls, total_wall = max(result["metric_calls"], 1), max(entry["wall_time_s"], 1e-9)
         row = {f"calls {p}": calls.get(p, 0) / total_calls for p in PHASES}
+        row |= {f"task {p}": task_calls.get(p, {}).get("calls", 0) / total_task for p in PHASES}
         row |= {f"wall {p}": wall.get(p, 0.0) / total_wall for p in PHASES}
         row |= {
             "rounds": len(result["rounds"]),
@@ -46,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     print("| folder | " + " | ".join(keys) + " |")
     print("|---|" + "---|" * len(keys))
     for name, p in profiles.items():
-        cells = [f"{p[k]:.0%}" if k.startswith(("calls", "wall")) else f"{p[k]:g}" for k in keys]
+        cells = [f"{p[k]:.0%}" if k.startswith(("calls", "task", "wall")) else f"{p[k]:g}" for k in keys]
         print(f"| {name} | " + " | ".join(cells) + " |")
     return 0
 

@@ -15,6 +15,7 @@ import contextvars
 import logging
 import random
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 
 import dspy
 
@@ -70,6 +71,23 @@ class BatchSampler:
         return batch
 
 
+@dataclass
+class Provisional:
+    """Winners installed but not validated yet (``stack_rounds``): ``validated`` is the program they build on (the
+    best one validated)."""
+
+    validated: ProgramState
+    winners: list[CandidateRecord]
+
+    @property
+    def program(self) -> ProgramState:
+        """The stack: ``validated`` with every winner's rewrite."""
+        program = self.validated
+        for record in self.winners:
+            program = program.with_instruction(record.predictor, record.instruction)
+        return program
+
+
 class RoundEngine:
     """The loop of rounds and its stop rules; each step is delegated to the part of the paper it is.
 
@@ -108,6 +126,7 @@ class RoundEngine:
             config, evaluator, proposer, budget, valset, state, self.rewriter, self.acceptance
         )
         self._validation: Future | None = None  # the starting program's validation pass, while it runs
+        self._provisional: Provisional | None = None  # winners waiting for the next round's (``stack_rounds``)
 
     def attribute(self, examples: list[dspy.Example], phase: str = "evaluate") -> Attribution:
         """Steps 1-2 for the current program: failure set and sequential intervention (see :class:`Attributor`)."""
@@ -137,12 +156,18 @@ class RoundEngine:
         validated alone on the current program, in order, as :meth:`update` would, so a harmful
         rewrite cannot ride along. When every candidate wins and is accepted, the decisions are
         :meth:`update`'s, for one validation pass instead of one per candidate.
+
+        With ``stack_rounds`` above 1 the stack spans a window of that many rounds: until the window's last round,
+        its winners stay installed unvalidated (:class:`Provisional`), the next round attributes and rewrites on
+        top of them, and they are returned with the round that validates them.
         """
         self.finish_validation()
-        program, records, winners = self.state.instructions, [], []
+        pending = self._provisional
+        self.budget.set_aside(0)  # the checks below keep a validation pass affordable
+        program, records, winners = self.state.instructions, [], list(pending.winners) if pending else []
         for cluster in ready:
             if not self.acceptance.affordable(program, cluster):  # its checks and one validation pass
-                if not records:
+                if not records and pending is None:
                     self.acceptance.require_affordable(cluster)
                 break  # the stack so far still gets its validation pass
             record, candidate = self._propose(cluster, minimum, program)
@@ -157,6 +182,21 @@ class RoundEngine:
                 program = candidate
         if not winners:
             return records
+        base = pending.validated if pending else self.state.instructions
+        needed = self.evaluator.cost(program, self.valset)
+        if self._stack_waits() and needed <= self.budget.remaining():  # waits for the next round's winners
+            self._provisional, self.state.instructions = Provisional(base, winners), program
+            self.budget.set_aside(needed)  # its validation pass stays paid for
+            waiting = {id(winner) for winner in winners}
+            return [record for record in records if id(record) not in waiting]
+        self._provisional = None
+        self._validate_stack(base, program, winners)
+        return winners[: len(pending.winners)] + records if pending else records
+
+    def _validate_stack(self, base: ProgramState, program: ProgramState, winners: list[CandidateRecord]) -> None:
+        """One validation pass for the stack of ``winners`` (``program``, built on the validated ``base``); when it
+        loses, each winner is validated alone on ``base``, in order."""
+        self.state.instructions = base
         start, last = self.budget.metric_calls, winners[-1]
         together = self.acceptance.validate(last, program)
         last.metric_calls += self.budget.metric_calls - start
@@ -166,12 +206,34 @@ class RoundEngine:
                 if len(winners) > 1:
                     record.reason = f"{last.reason}, validated with {len(winners) - 1} other winner(s)"
             self._install(program)
-            return records
+            return
         if len(winners) > 1:
             logger.info("round %d: the stack of %d winners lost on validation", self.state.round_index, len(winners))
             for record in winners:
                 self._validate_alone(record)
-        return records
+
+    def _settle_provisional(self, validate: bool) -> None:
+        """On the way out: a stack still waiting for its validation pass gets it when ``validate`` and the budget
+        allows; otherwise the program goes back to the last validated one. Its winners are recorded either way (a
+        stop callback asking again, at their verdicts, changes nothing: the run is ending)."""
+        pending, self._provisional = self._provisional, None
+        if pending is None:
+            return
+        self.budget.set_aside(0)
+        self.state.instructions, checked = pending.validated, False
+        if validate and self.evaluator.cost(pending.program, self.valset) <= self.budget.remaining():
+            try:
+                self._validate_stack(pending.validated, pending.program, pending.winners)
+                checked = True
+            except BudgetExhausted as stop:  # a task-LM cap: what was accepted before it stays
+                logger.info("the last stack's validation did not finish: %s", stop)
+        for record in pending.winners:
+            if not checked and not record.accepted:
+                record.reason = "won its cluster; the run stopped before its stack's validation pass"
+            try:
+                self._record(self.state.rounds[-1], record)
+            except StopRun:
+                pass
 
     def _validate_alone(self, record: CandidateRecord) -> None:
         """A winner of its cluster validated on the current program (after its stack lost)."""
@@ -279,14 +341,20 @@ class RoundEngine:
                 else:
                     self.state.stop_reason = f"max_rounds={max_rounds} reached"
                 self.finish_validation()
+                self._settle_provisional(validate=True)
             except BudgetExhausted as stop:
                 self.state.stop_reason = f"budget exhausted ({stop})"
+                self._settle_validation()
+                self._settle_provisional(validate=True)
             except StopRun as stop:
                 self.state.stop_reason = str(stop)
+                self._settle_validation()
+                self._settle_provisional(validate=True)
             except KeyboardInterrupt:
                 self.state.interrupted, self.state.stop_reason = True, "interrupted (KeyboardInterrupt)"
             finally:
                 self._settle_validation()
+                self._settle_provisional(validate=False)
                 self.evaluator.drop_ahead()
         self.emit(
             "on_run_end",
@@ -393,9 +461,10 @@ class RoundEngine:
             self.speculation.prefetch_rewrites(ready)
         if attribution.speculated and kinds == "instructions":  # the stack holds rewrites only
             self.finish_validation()  # the stacked checks run against the starting program's scores
-            self.speculation.prefetch_judging(ready, r)
+            waits = self.config.validate_together and self._stack_waits()
+            self.speculation.prefetch_judging(ready, r, validation=not waits)
         if kinds == "instructions" and self.config.validate_together:
-            judged = self.update_together(ready, minimum) if ready else []
+            judged = self.update_together(ready, minimum) if ready or self._provisional else []
         else:
             proposals = {
                 "instructions": [self.update],
@@ -405,11 +474,18 @@ class RoundEngine:
             judged = (propose(cluster, minimum) for cluster in ready for propose in proposals)
         for candidate in judged:
             self._record(record, candidate)
+        record.stacked = [winner.predictor for winner in self._provisional.winners] if self._provisional else []
         record.best_val_score = self.state.best_val_score
         record.metric_calls = self.budget.metric_calls
         self.state.round_index += 1
         self.emit("on_round_end", RoundEnd(record))
         return record
+
+    def _stack_waits(self) -> bool:
+        """Whether this round's winners wait, unvalidated, for the next round's: the rounds are grouped in windows of
+        ``stack_rounds`` (0-1, 2-3, ... with 2), and a window's winners share the pass at its last round. A fixed
+        window bounds the passes as a window opened by each first winner would, with less waiting on average."""
+        return (self.state.round_index + 1) % self.config.stack_rounds != 0
 
     def _record(self, round_record: RoundRecord, candidate: CandidateRecord) -> None:
         """Keep a judged candidate in the state and the round's counts; report it (the log is an observer's)."""

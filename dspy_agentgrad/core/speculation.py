@@ -76,7 +76,7 @@ class Speculation:
         budget = self.budget
         return self.config.speculate and budget.max_prompt_tokens is None and budget.max_prompt_cost is None
 
-    def prefetch_judging(self, ready: list[Cluster], round_index: int) -> None:
+    def prefetch_judging(self, ready: list[Cluster], round_index: int, validation: bool = True) -> None:
         """Run the round's candidate checks ahead, as if every candidate wins.
 
         The round's candidates are stacked in the order the engine judges them, each on top
@@ -89,7 +89,9 @@ class Speculation:
         change, under any budget. After a rejection, what was stacked above it is wasted (LM calls,
         no metric call). The stack is cut to the deepest one whose runs are no more than the budget
         left (more could never be scored); one candidate alone is not stacked. Nothing is stacked
-        unless :meth:`may_ask_ahead` (the stacked rewrites are prompt-LM calls asked ahead).
+        unless :meth:`may_ask_ahead` (the stacked rewrites are prompt-LM calls asked ahead). Without
+        ``validation`` (the round's winners wait for the next round's, ``stack_rounds``) only the cluster checks
+        are run ahead.
         """
         if not self.may_ask_ahead():
             return
@@ -106,19 +108,19 @@ class Speculation:
         if len(stack) < 2:
             return  # one candidate: nothing to overlap
         for depth in range(len(stack), 1, -1):
-            chains = self._stacked_checks(stack[:depth])
+            chains = self._stacked_checks(stack[:depth], validation)
             if self.evaluator.chain_cost(chains) <= self.budget.remaining():
                 self.evaluator.run_chains_ahead(chains)
                 return
         logger.info("round %d: no stack of candidate checks fits the budget left", round_index)
 
-    def _stacked_checks(self, stack: list[tuple[ProgramState, Cluster]]) -> list[Chain]:
+    def _stacked_checks(self, stack: list[tuple[ProgramState, Cluster]], validation: bool) -> list[Chain]:
         """Each validation example under every program of the stack (only the top one when the round's
         winners are validated together); each cluster's examples under the programs up to its own
         candidate (its "before" and "after")."""
         before = [self.state.instructions] + [program for program, _ in stack[:-1]]
         validated = [stack[-1][0]] if self.config.validate_together else [program for program, _ in stack]
-        chains = [(ex, validated) for ex in self.valset]
+        chains = [(ex, validated) for ex in self.valset] if validation else []
         for level, (_, cluster) in enumerate(stack):
             chains += [(g.record.example, before[: level + 1] + [stack[level][0]]) for g in cluster.members]
         return chains

@@ -174,6 +174,7 @@ class RoundRecord:
     explained_single: int = 0
     explained_cumulative: int = 0
     placebo_withheld: int = 0
+    stacked: list[str] = field(default_factory=list)  # winners' predictors left unvalidated for the next round's
 
 
 @dataclass

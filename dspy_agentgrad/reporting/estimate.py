@@ -13,7 +13,8 @@ split, no run reused, and ``CLUSTER_WIN_RATE`` of the rewrites winning and fixin
 
 A round pays for the batch's runs not cached yet, the hints of its failures, and per cluster
 a rewrite checked on the cluster and, when it wins there, on the validation set (with
-``validate_together``, one pass per round when any wins). The projection plays the rounds
+``validate_together``, one pass per stack of winners,
+which spans ``stack_rounds`` rounds). The projection plays the rounds
 forward and stops where the run stops: ``max_rounds``, the budget, no failure left, or rounds
 without a new program run. It takes a rewrite that wins on its cluster as accepted (validation
 is not sampled). A predictor's first accepted rewrite fixes the held-out share; a later rewrite of it
@@ -168,6 +169,8 @@ class RunSoFar:
     current: float  # training examples run under the current instructions
     ever: float  # training examples run at all
     win_rate: float  # share of rewrites that won on their cluster so far (shrunk toward CLUSTER_WIN_RATE)
+    stacked: float = 0.0  # failures per example blamed on the winners waiting for their validation pass
+    stacked_winners: int = 0  # those winners (``stack_rounds``)
 
 
 def project_calls(
@@ -204,6 +207,7 @@ def project_calls(
     rates = {name: sample.failure_rate * blame.get(name, 0.0) for name in predictors}
     hard = sample.failure_rate * max(0.0, 1 - sum(blame.values()))
     current, ever, idle = 0.0, 0.0, 0
+    stack = [0.0, 0.0]  # winners' failure share and candidates of the stack waiting for its pass
     win = sample.win_rate if sample.win_rate is not None else CLUSTER_WIN_RATE
     fix = sample.fix_share if sample.fix_share is not None else 1.0  # of its predictor's failures, when it wins
     # a predictor's first rewrite fixes that share of its failures: those like the ones it was written from; the
@@ -217,6 +221,7 @@ def project_calls(
         tally = _Tally(metric_calls=so_far.metric_calls, rounds=so_far.rounds)
         rates, hard = {name: so_far.rates.get(name, 0.0) for name in predictors}, so_far.hard
         current, ever, win = so_far.current, so_far.ever, so_far.win_rate
+        stack = [so_far.stacked, float(so_far.stacked_winners)]
     limit = max_rounds if max_rounds is not None else MAX_PROJECTED_ROUNDS
     while tally.rounds < limit:
         fresh = max(0.0, min(batch, n_train - current))  # the batch's examples not run under this program
@@ -259,12 +264,11 @@ def project_calls(
             rewritten.add(name)
             if rates[name] * n_train < 1:
                 rates[name] = 0.0  # not one failure of it left in the training set
-        if config.validate_together:
-            # one validation pass when any candidate of the round wins its cluster, on the stack of the
-            # winners: its output changes on the failures of every winner's predictor (each wins with
-            # ``win``), and on the other examples when a change shows (as one candidate's pass)
-            stacked = min(1.0, stacked)
-            spent += n_val * (win * stacked + (1 - win * stacked) * change * (1 - (1 - win) ** candidates))
+        if config.validate_together:  # one pass per window of ``stack_rounds`` rounds with a winner
+            stack = [stack[0] + stacked, stack[1] + candidates]
+            if stack[1] and (tally.rounds + 1) % config.stack_rounds == 0:
+                spent += _stack_pass(n_val, win, change, stack[0], stack[1])
+                stack = [0.0, 0.0]
         if max_metric_calls is not None and tally.metric_calls + spent > max_metric_calls:
             tally.metric_calls, tally.rounds = max_metric_calls, tally.rounds + 1  # stops at the step that won't fit
             break
@@ -276,7 +280,18 @@ def project_calls(
         idle = idle + 1 if spent < 0.5 else 0
         if idle >= len(config.cluster_schedule):
             break  # the engine stops: rounds without a new program run
+    last = _stack_pass(n_val, win, change, stack[0], stack[1]) if stack[1] else 0.0
+    if max_metric_calls is None or tally.metric_calls + last <= max_metric_calls:
+        tally.metric_calls += last  # the engine validates a stack still waiting when the run ends
     return tally
+
+
+def _stack_pass(n_val: int, win: float, change: float, stacked: float, candidates: float) -> float:
+    """Expected metric calls of one validation pass when any candidate of a stack wins its cluster, on the stack
+    of the winners: its output changes on the failures of every winner's predictor (each wins with ``win``), and
+    on the other examples when a change shows (as one candidate's pass)."""
+    stacked = min(1.0, stacked)
+    return n_val * (win * stacked + (1 - win * stacked) * change * (1 - (1 - win) ** candidates))
 
 
 def build_estimate(
@@ -401,6 +416,7 @@ class StartEstimate(AgentGradCallback):
         r = event.record
         batch = max(1, r.batch_size)
         self.ever = min(self.n_train, self.ever + batch)
+        self.kept |= set(r.stacked)  # in place for the next round, as if accepted
         self.current = 0.0 if self.kept else min(self.n_train, self.current + batch)
         if self.estimate is not None:
             so_far = RunSoFar(
@@ -411,6 +427,8 @@ class StartEstimate(AgentGradCallback):
                 current=self.current,
                 ever=self.ever,
                 win_rate=(self.cluster_wins + 2 * CLUSTER_WIN_RATE) / (self.candidates + 2),
+                stacked=sum(n / batch for name, n in r.attributed.items() if name in r.stacked),
+                stacked_winners=len(r.stacked),
             )
             self.projected = max(r.metric_calls, self.estimate_from(self.sample, so_far).metric_calls)
         self.kept = set()

@@ -138,7 +138,7 @@ class RunLog(AgentGradCallback):
     def on_round_end(self, event: RoundEnd) -> None:
         r = event.record
         logger.info(
-            "round %d done: %d gradient(s) -> %d cluster(s) (min size %d), %d waiting; %d/%d candidate(s) kept; "
+            "round %d done: %d gradient(s) -> %d cluster(s) (min size %d), %d waiting; %d/%d candidate(s) kept%s; "
             "best validation %s; %d metric calls%s",
             r.round,
             r.gradients,
@@ -147,6 +147,7 @@ class RunLog(AgentGradCallback):
             r.waiting,
             r.accepted,
             r.candidates,
+            f", {len(r.stacked)} winner(s) waiting for the next round's validation pass" if r.stacked else "",
             "-" if r.best_val_score is None else f"{r.best_val_score:.4f}",
             r.metric_calls,
             "" if self.projected() is None else f" of ~{self.projected()} projected",

@@ -99,6 +99,7 @@ class Budget:
         self.max_task_calls = max_task_calls
         self.max_task_tokens = max_task_tokens
         self.metric_calls = 0
+        self.set_aside_calls = 0  # metric calls kept for one step (see ``set_aside``)
         self.prompt_tokens = 0
         self.prompt_cost = 0.0
         self.task_calls = 0  # paid by admitted calls (task-LM calls outside the caps are not counted here)
@@ -143,17 +144,26 @@ class Budget:
             self._task_settled.notify_all()
 
     def remaining(self) -> float:
-        """Metric calls left (infinite without a cap)."""
+        """Metric calls left for any step (infinite without a cap): what is set aside is not."""
         if self.max_metric_calls is None:
             return float("inf")
-        return self.max_metric_calls - self.metric_calls
+        return self.max_metric_calls - self.metric_calls - self.set_aside_calls
+
+    def set_aside(self, n: int) -> None:
+        """Keep ``n`` metric calls out of reach of every step until set aside again (0 gives them back): a
+        waiting stack's validation pass stays paid for whatever the round before it spends."""
+        with self._lock:
+            self.set_aside_calls = n
 
     def charge(self, n: int) -> None:
         """Take ``n`` metric calls, all or nothing."""
         with self._lock:
-            if self.max_metric_calls is not None and self.metric_calls + n > self.max_metric_calls:
+            taken = self.metric_calls + self.set_aside_calls
+            if self.max_metric_calls is not None and taken + n > self.max_metric_calls:
+                aside = f" ({self.set_aside_calls} set aside)" if self.set_aside_calls else ""
                 raise BudgetExhausted(
-                    f"metric-call budget: {self.metric_calls} of {self.max_metric_calls} used, the next step needs {n}"
+                    f"metric-call budget: {self.metric_calls} of {self.max_metric_calls} used{aside}, "
+                    f"the next step needs {n}"
                 )
             self.metric_calls += n
 
