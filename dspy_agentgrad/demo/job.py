@@ -48,7 +48,10 @@ class DemoSettings:
     num_threads: int = 1
     candidates: str = "demos"
     max_demos: int = 3
-    val_acceptance: str = "strict"
+    # Six validation examples: one example moves the mean by up to 1/6, and on seed 0 (12 validation or 12
+    # training examples) the demonstration kept under "strict" owed its whole gain to one example
+    # (benchmarks/local_lm/demo_job.md, section 6). "robust" asks the gain to survive leaving that example out.
+    val_acceptance: str = "robust"
 
 
 class RunLog(AgentGradCallback):
