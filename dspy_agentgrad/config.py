@@ -27,7 +27,7 @@ PRESETS = {
         "cluster_schedule": (3, 2, 1),
     },
 }
-VAL_ACCEPTANCE = ("strict", "non_decreasing")
+VAL_ACCEPTANCE = ("strict", "non_decreasing", "robust")
 CANDIDATE_KINDS = ("instructions", "demos", "both")
 
 

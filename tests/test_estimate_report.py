@@ -17,6 +17,7 @@ from dspy_agentgrad.cli import main as cli_main
 from dspy_agentgrad.config import AgentGradConfig
 from dspy_agentgrad.reporting.estimate import SampleStats, build_estimate
 from dspy_agentgrad.reporting.report import candidate_positions, render_html, word_diff
+from dspy_agentgrad.reporting.results import why_unchanged
 
 FAST = dict(retry_backoff_s=0, progress=False)
 
@@ -398,3 +399,12 @@ def test_agentgrad_help_lists_the_commands():
         [sys.executable, "-m", "dspy_agentgrad", "--help"], capture_output=True, text=True, check=True
     ).stdout
     assert all(command in out for command in ("demo", "report", "estimate"))
+
+
+def test_why_unchanged_says_when_the_budget_stopped_the_run_before_any_candidate_was_judged():
+    round_ = {"failures": 12, "attributed": {"locate": 4, "answer": 3}, "gradients": 7, "clusters": 3}
+    stop = "budget exhausted (the next candidate check needs up to 9 metric calls)"
+    said = why_unchanged([round_], [], stop)
+    assert "stopped before a candidate was judged" in said and stop in said
+    waiting = why_unchanged([{**round_, "clusters": 0}], [], "max_rounds=1 reached")
+    assert "no cluster reached the minimum cluster size" in waiting

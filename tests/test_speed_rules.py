@@ -100,6 +100,23 @@ def test_non_decreasing_acceptance_keeps_a_rewrite_that_ties_on_validation():
     assert "FIX-notes" in tie.final_instructions["notes"] and "FIX-notes" not in strict.final_instructions["notes"]
 
 
+@pytest.mark.parametrize("needing_the_fix, kept", [(1, False), (2, True)])
+def test_robust_acceptance_keeps_no_gain_that_one_validation_example_decides(needing_the_fix, kept):
+    # The notes fix repairs every validation example that needs it: with one such example, that example alone
+    # carries the gain, and "robust" refuses what "strict" keeps; with two, both keep it.
+    train = make_data({"notes": 2})
+    val = make_data({"notes": needing_the_fix, "none": 4 - needing_the_fix}, start=50)
+    options = dict(max_rounds=1, cluster_schedule=(1,))
+    strict = compile_result(World(), train, val, **options).detailed_results
+    robust = compile_result(World(), train, val, val_acceptance="robust", **options).detailed_results
+    assert [c.accepted for c in strict.candidates] == [True]
+    assert [c.accepted for c in robust.candidates] == [kept]
+    assert robust.metric_calls == strict.metric_calls  # the rule reads the scores the strict pass paid for
+    if not kept:
+        assert robust.candidates[0].reason == "its gain on validation rests on one example"
+        assert robust.best_val_score == robust.initial_val_score < strict.best_val_score
+
+
 def test_val_acceptance_must_be_known():
     with pytest.raises(ValueError, match="val_acceptance must be one of"):
         AgentGrad(feedback_metric, val_acceptance="sometimes", **FAST, max_rounds=1)

@@ -15,6 +15,7 @@ import dspy
 
 from ..config import AgentGradConfig
 from ..program.evaluation import Evaluator
+from ..program.runs import Outcome
 from ..runtime.budget import Budget, BudgetExhausted
 from .events import Dispatcher, ValidationScored
 from .state import CandidateRecord, Cluster, RunState, exact_total
@@ -65,6 +66,14 @@ def race(
         if left and cannot_clear(total + left * top, bar, strict):
             return RaceResult(None, done)
     return RaceResult(total, done)
+
+
+def gain_survives_dropping_best(outcomes: list[Outcome], best_scores: list[float]) -> bool:
+    """``val_acceptance="robust"``: the candidate is still strictly ahead of the best program with the example it
+    gains most on left out. On a handful of validation examples one lucky example can carry the mean; a gain that
+    one example decides is not kept (the other examples must gain more than they lose)."""
+    gains = [Fraction(o.score) - Fraction(b) for o, b in zip(outcomes, best_scores)]
+    return sum(gains) - max(gains, default=Fraction(0)) > 0
 
 
 class Acceptance:
@@ -146,7 +155,7 @@ class Acceptance:
         """
         state, chunk, top = self.state, self.config.eval_chunk_size, self.config.max_score
         order = sorted(range(len(self.valset)), key=lambda i: (state.best_val_scores[i], i))
-        strict = self.config.val_acceptance == "strict"
+        strict = self.config.val_acceptance != "non_decreasing"  # "robust" is strict, and more
         result = race(
             self.evaluator,
             candidate,
@@ -174,11 +183,15 @@ class Acceptance:
         if cannot_clear(result.total, state.best_val_total, strict):
             record.reason = "no gain on validation"
             return False
+        outcomes = self.evaluator.evaluate(candidate, self.valset, "validate")  # all cached: free
+        if self.config.val_acceptance == "robust" and not gain_survives_dropping_best(outcomes, state.best_val_scores):
+            record.reason = "its gain on validation rests on one example"
+            return False
         record.accepted, record.reason = (
             True,
             "gain on cluster and validation"
             if result.total > state.best_val_total
             else "gain on cluster, equal on validation",
         )
-        state.set_best(self.evaluator.evaluate(candidate, self.valset, "validate"))  # all cached: free
+        state.set_best(outcomes)
         return True

@@ -136,8 +136,8 @@ class RoundEngine:
         """Step 5 for one cluster: a rewrite, then two-stage acceptance with exact early rejection.
 
         The candidate must beat the current program on its cluster, then on validation
-        (``val_acceptance``: strictly, or at least equal); see :class:`Acceptance`. An accepted
-        candidate becomes the current program.
+        (``val_acceptance``: strictly, at least equal, or strictly without its best example); see
+        :class:`Acceptance`. An accepted candidate becomes the current program.
         """
         self.finish_validation()
         state = self.state

@@ -61,6 +61,8 @@ def why_unchanged(rounds: list[dict], candidates: list[dict], stop_reason: str) 
     if sum(r["gradients"] for r in rounds) == 0:
         return "failures were attributed, but the prompt LM wrote no usable gradient (see prompt_role_failures)."
     if not candidates:
+        if sum(r["clusters"] for r in rounds):  # clusters were ready: the run stopped before judging one
+            return f"gradients were clustered, but the run stopped before a candidate was judged ({stop_reason})."
         return "gradients were written, but no cluster reached the minimum cluster size before the run stopped."
     reasons = Counter(c["reason"] for c in candidates)
     listed = ", ".join(f"{n} {reason}" for reason, n in reasons.items())
