@@ -68,18 +68,18 @@ def test_task_caps_must_be_positive_integers():
         AgentGrad(feedback_metric, max_task_tokens=0, **FAST, max_rounds=1)
 
 
-def judged(validate_together: bool, overfit: tuple[str, ...] = ()):
+def judged(validate_together: bool, overfit: tuple[str, ...] = (), val_kinds: dict[str, int] | None = None, **options):
     world = World(overfit=overfit)
     dspy.configure(lm=world_lm(world))
     train = make_data({"extract": 3, "notes": 3, "answer": 3})
-    val = make_data({"none": 6, "extract": 2, "notes": 2, "answer": 2}, start=50)
+    val = make_data(val_kinds or {"none": 6, "extract": 2, "notes": 2, "answer": 2}, start=50)
     optimizer = AgentGrad(
         feedback_metric,
-        max_rounds=1,
         cluster_schedule=(1,),
         speculate=False,
         reuse_calls=False,
         validate_together=validate_together,
+        **{"max_rounds": 1, **options},
         **FAST,
     )
     return optimizer.compile(Pipeline(), trainset=train, valset=val).detailed_results
@@ -102,6 +102,35 @@ def test_a_stack_that_loses_on_validation_falls_back_to_each_winner_alone():
     ]
     assert together.final_instructions == alone.final_instructions
     assert not all(c.accepted for c in together.candidates) and any(c.accepted for c in together.candidates)
+
+
+def test_a_winning_stack_drops_a_winner_that_costs_more_than_it_gives():
+    # notes's rewrite fixes its own kind and breaks every other. Stacked with answer's rewrite it still beats the
+    # starting program (0.2 -> 0.4), but answer's alone does as well, so notes's is dropped. extract's rewrite lost
+    # its cluster check on top of notes's and is judged again without it. The verdicts and the program are those
+    # of judging one at a time.
+    kinds = {"notes": 4, "extract": 2, "answer": 2, "none": 2}
+    alone, together = judged(False, ("notes",), kinds), judged(True, ("notes",), kinds)
+    assert sorted((c.predictor, c.accepted) for c in together.candidates) == [
+        ("answer", True),
+        ("extract", True),
+        ("notes", False),
+    ]
+    assert sorted((c.predictor, c.accepted) for c in alone.candidates) == sorted(
+        (c.predictor, c.accepted) for c in together.candidates
+    )
+    by_name = {c.predictor: c for c in together.candidates}
+    assert "the stack without it did as well or better (0.4000 against 0.4000)" in by_name["notes"].reason
+    assert "judged again without a winner that was not kept" in by_name["extract"].reason
+    assert together.final_instructions == alone.final_instructions
+    assert together.best_val_score == alone.best_val_score == 0.6
+
+
+def test_a_stack_without_a_loss_on_any_validation_example_pays_nothing_more():
+    # every winner helps: no validation example got worse, so no winner is left out on a pass of its own
+    result = judged(True, val_kinds={"notes": 4, "extract": 2, "answer": 2, "none": 2})
+    assert [c.accepted for c in result.candidates] == [True] * 3
+    assert result.phase_calls["validate"] == 2 * 10  # the starting program's pass and the stack's
 
 
 def two_rounds(stack_rounds: int, overfit: tuple[str, ...] = (), threads: int = 1, **options):
@@ -143,6 +172,18 @@ def test_a_two_round_stack_that_loses_falls_back_to_each_winner_alone():
     assert verdicts(both) == verdicts(each) == [(0, "answer", True), (0, "notes", True), (1, "extract", False)]
     assert both.final_instructions == each.final_instructions
     assert both.final_instructions["extract"] == both.initial_instructions["extract"]
+
+
+def test_after_a_pass_that_rejects_a_winner_the_next_round_validates_its_own():
+    # notes's rewrites win their cluster and break every other kind. Left waiting in round 0, notes's rewrite makes
+    # round 1's extract failures hard cases; the window's pass rejects it. Round 2's notes rewrite is then validated
+    # in round 2 (rejected) instead of waiting, so round 3 attributes extract's failures on a sound program, and
+    # the run ends where judging each round alone ends.
+    each, both = two_rounds(1, overfit=("notes",), max_rounds=4), two_rounds(2, overfit=("notes",), max_rounds=4)
+    assert both.rounds[1].hard_cases == 2 and both.rounds[2].stacked == []
+    assert (3, "extract", True) in verdicts(both)
+    assert both.final_instructions == each.final_instructions
+    assert both.best_val_score == each.best_val_score > both.initial_val_score
 
 
 def test_a_waiting_stack_keeps_its_validation_pass_when_the_budget_runs_out():

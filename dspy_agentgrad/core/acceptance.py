@@ -149,13 +149,50 @@ class Acceptance:
     def validate(self, record: CandidateRecord, candidate: Mapping[str, str]) -> bool:
         """Whether ``candidate`` beats the best program on validation (the verdict goes into ``record``).
 
-        Validation scores the examples the best program does worst on first, where a losing
-        candidate shows it soonest. An accepted candidate's validation scores become the new bar
-        (the caller installs the candidate).
+        An accepted candidate's validation scores become the new bar (the caller installs the candidate).
         """
-        state, chunk, top = self.state, self.config.eval_chunk_size, self.config.max_score
-        order = sorted(range(len(self.valset)), key=lambda i: (state.best_val_scores[i], i))
         strict = self.config.val_acceptance != "non_decreasing"  # "robust" is strict, and more
+        total = self._validation_total(record, candidate, strict)
+        if total is None:
+            return False
+        state = self.state
+        if cannot_clear(total, state.best_val_total, strict):
+            record.reason = "no gain on validation"
+            return False
+        outcomes = self.evaluator.evaluate(candidate, self.valset, "validate")  # all cached: free
+        if self.config.val_acceptance == "robust" and not gain_survives_dropping_best(outcomes, state.best_val_scores):
+            record.reason = "its gain on validation rests on one example"
+            return False
+        record.accepted, record.reason = (
+            True,
+            "gain on cluster and validation"
+            if total > state.best_val_total
+            else "gain on cluster, equal on validation",
+        )
+        state.set_best(outcomes)
+        return True
+
+    def replaces_stack(self, record: CandidateRecord, without: Mapping[str, str]) -> bool:
+        """Whether the accepted stack without one of its winners (``without``) does at least as well on validation,
+        so that the winner goes, as it would judged alone on top of the others: a tie is no gain (with
+        ``val_acceptance="non_decreasing"`` it is, and the winner stays). When it goes, ``without``'s scores become
+        the bar (the caller installs it)."""
+        strict = self.config.val_acceptance == "non_decreasing"
+        total = self._validation_total(record, without, strict)
+        if total is None or cannot_clear(total, self.state.best_val_total, strict):
+            return False
+        self.state.set_best(self.evaluator.evaluate(without, self.valset, "validate"))  # all cached: free
+        return True
+
+    def _validation_total(self, record: CandidateRecord, candidate: Mapping[str, str], strict: bool) -> Fraction | None:
+        """``candidate``'s exact validation total, or None once it cannot clear the best program's (``strict``: pass
+        it; otherwise reach it); its score and when it was paid go into ``record``.
+
+        Validation scores the examples the best program does worst on first, where a losing candidate shows it
+        soonest.
+        """
+        state = self.state
+        order = sorted(range(len(self.valset)), key=lambda i: (state.best_val_scores[i], i))
         result = race(
             self.evaluator,
             candidate,
@@ -163,12 +200,12 @@ class Acceptance:
             "validate",
             state.best_val_total,
             strict=strict,
-            max_score=top,
-            chunk_size=chunk,
+            max_score=self.config.max_score,
+            chunk_size=self.config.eval_chunk_size,
         )
         if result.stopped_early:
             record.reason = f"no gain on validation (stopped after {result.scored}/{len(self.valset)}: cannot win)"
-            return False
+            return None
         record.val_score, record.validated_at = float(result.total / len(self.valset)), self.budget.metric_calls
         self.emit(
             "on_validation_scored",
@@ -180,18 +217,4 @@ class Acceptance:
                 record,
             ),
         )
-        if cannot_clear(result.total, state.best_val_total, strict):
-            record.reason = "no gain on validation"
-            return False
-        outcomes = self.evaluator.evaluate(candidate, self.valset, "validate")  # all cached: free
-        if self.config.val_acceptance == "robust" and not gain_survives_dropping_best(outcomes, state.best_val_scores):
-            record.reason = "its gain on validation rests on one example"
-            return False
-        record.accepted, record.reason = (
-            True,
-            "gain on cluster and validation"
-            if result.total > state.best_val_total
-            else "gain on cluster, equal on validation",
-        )
-        state.set_best(outcomes)
-        return True
+        return result.total

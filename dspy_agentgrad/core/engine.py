@@ -15,7 +15,8 @@ import contextvars
 import logging
 import random
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from fractions import Fraction
 
 import dspy
 
@@ -46,7 +47,7 @@ from .events import (
 )
 from .rewriting import Rewriter
 from .speculation import Speculation
-from .state import CandidateRecord, Cluster, RoundRecord, RunState, example_label
+from .state import CandidateRecord, Cluster, RoundRecord, RunState, exact_total, example_label
 
 logger = logging.getLogger("dspy.agentgrad")
 
@@ -72,20 +73,35 @@ class BatchSampler:
 
 
 @dataclass
+class Held:
+    """A candidate that lost its cluster check on top of unvalidated winners (``behind``): if one of them is not
+    kept, the check stood on a program that will not exist, and the candidate is judged again."""
+
+    record: CandidateRecord
+    cluster: Cluster
+    behind: list[CandidateRecord]
+
+
+@dataclass
 class Provisional:
     """Winners installed but not validated yet (``stack_rounds``): ``validated`` is the program they build on (the
-    best one validated)."""
+    best one validated); ``held``: the candidates that lost their cluster check on top of them."""
 
     validated: ProgramState
     winners: list[CandidateRecord]
+    held: list[Held]
 
     @property
     def program(self) -> ProgramState:
         """The stack: ``validated`` with every winner's rewrite."""
-        program = self.validated
-        for record in self.winners:
-            program = program.with_instruction(record.predictor, record.instruction)
-        return program
+        return _stacked(self.validated, self.winners)
+
+
+def _stacked(program: ProgramState, winners: list[CandidateRecord]) -> ProgramState:
+    """``program`` with each winner's rewrite, in order."""
+    for record in winners:
+        program = program.with_instruction(record.predictor, record.instruction)
+    return program
 
 
 class RoundEngine:
@@ -127,6 +143,7 @@ class RoundEngine:
         )
         self._validation: Future | None = None  # the starting program's validation pass, while it runs
         self._provisional: Provisional | None = None  # winners waiting for the next round's (``stack_rounds``)
+        self._stack_lost_at: int | None = None  # the last round whose validation pass did not keep every winner
 
     def attribute(self, examples: list[dspy.Example], phase: str = "evaluate") -> Attribution:
         """Steps 1-2 for the current program: failure set and sequential intervention (see :class:`Attributor`)."""
@@ -153,9 +170,12 @@ class RoundEngine:
         Each rewrite is made on top of the round's earlier winners and must beat that stack on its own
         cluster (as it would after their acceptance); the stack of winners then takes one validation
         pass instead of one per candidate. When the stack does not beat the best program, each winner is
-        validated alone on the current program, in order, as :meth:`update` would, so a harmful
-        rewrite cannot ride along. When every candidate wins and is accepted, the decisions are
-        :meth:`update`'s, for one validation pass instead of one per candidate.
+        validated alone on the current program, in order, as :meth:`update` would. When it wins but loses
+        examples the best program had, a winner that gives less than it costs is found and dropped
+        (:meth:`_drop_harmful`), so a harmful rewrite cannot ride along either way; a candidate that lost its
+        cluster check on top of a winner that is not kept is judged again (:meth:`_judge_again`). When every
+        candidate wins and is accepted, the decisions are :meth:`update`'s, for one validation pass instead of
+        one per candidate.
 
         With ``stack_rounds`` above 1 the stack spans a window of that many rounds: until the window's last round,
         its winners stay installed unvalidated (:class:`Provisional`), the next round attributes and rewrites on
@@ -164,7 +184,8 @@ class RoundEngine:
         self.finish_validation()
         pending = self._provisional
         self.budget.set_aside(0)  # the checks below keep a validation pass affordable
-        program, records, winners = self.state.instructions, [], list(pending.winners) if pending else []
+        program, records = self.state.instructions, []
+        winners, held = (list(pending.winners), list(pending.held)) if pending else ([], [])
         for cluster in ready:
             if not self.acceptance.affordable(program, cluster):  # its checks and one validation pass
                 if not records and pending is None:
@@ -180,23 +201,50 @@ class RoundEngine:
             if won:
                 winners.append(record)
                 program = candidate
+            elif winners:
+                held.append(Held(record, cluster, list(winners)))
         if not winners:
             return records
         base = pending.validated if pending else self.state.instructions
         needed = self.evaluator.cost(program, self.valset)
         if self._stack_waits() and needed <= self.budget.remaining():  # waits for the next round's winners
-            self._provisional, self.state.instructions = Provisional(base, winners), program
+            self._provisional, self.state.instructions = Provisional(base, winners, held), program
             self.budget.set_aside(needed)  # its validation pass stays paid for
-            waiting = {id(winner) for winner in winners}
+            waiting = {id(record) for record in winners} | {id(h.record) for h in held}
             return [record for record in records if id(record) not in waiting]
         self._provisional = None
         self._validate_stack(base, program, winners)
-        return winners[: len(pending.winners)] + records if pending else records
+        self._judge_again(held)
+        if not all(winner.accepted for winner in winners):
+            self._stack_lost_at = self.state.round_index
+        if not pending:
+            return records
+        earlier = {id(h.record) for h in pending.held}
+        return winners[: len(pending.winners)] + [h.record for h in held if id(h.record) in earlier] + records
+
+    def _judge_again(self, held: list[Held]) -> None:
+        """Judge again, on the program now validated, each candidate whose lost cluster check stood on a winner that
+        was not kept (:class:`Held`): a harmful rewrite must not also block the ones checked after it."""
+        for item in held:
+            if all(winner.accepted for winner in item.behind):
+                continue
+            record = item.record
+            if not self.acceptance.affordable(self.state.instructions, item.cluster):
+                record.reason += "; not judged again without the winner it stood on: no budget left"
+                continue
+            record.cluster_score_before = record.cluster_score_after = None
+            paid = record.metric_calls
+            self._judge(
+                record, self.state.instructions.with_instruction(record.predictor, record.instruction), item.cluster
+            )
+            record.metric_calls += paid
+            record.reason += " (judged again without a winner that was not kept)"
 
     def _validate_stack(self, base: ProgramState, program: ProgramState, winners: list[CandidateRecord]) -> None:
         """One validation pass for the stack of ``winners`` (``program``, built on the validated ``base``); when it
         loses, each winner is validated alone on ``base``, in order."""
         self.state.instructions = base
+        before = list(self.state.best_val_scores)
         start, last = self.budget.metric_calls, winners[-1]
         together = self.acceptance.validate(last, program)
         last.metric_calls += self.budget.metric_calls - start
@@ -206,11 +254,61 @@ class RoundEngine:
                 if len(winners) > 1:
                     record.reason = f"{last.reason}, validated with {len(winners) - 1} other winner(s)"
             self._install(program)
+            self._drop_harmful(base, winners, before)
             return
         if len(winners) > 1:
             logger.info("round %d: the stack of %d winners lost on validation", self.state.round_index, len(winners))
             for record in winners:
                 self._validate_alone(record)
+
+    def _drop_harmful(self, base: ProgramState, winners: list[CandidateRecord], before: list[float]) -> None:
+        """Leave out a stacked winner that costs more than it gives.
+
+        A stack's single pass sees only the sum: a rewrite that wins its own cluster but breaks other examples can
+        ride along with winners that gain more. Where the accepted stack scores below the program before it
+        (``before``), each winner is left out on those examples only; the one whose absence wins back most is
+        left out on a full pass, and dropped if the stack without it does at least as well (a winner must gain, as
+        when judged alone). Repeated while a winner can go; nothing is paid when no validation example got worse.
+        """
+        kept = list(winners)
+        while len(kept) > 1:
+            after = self.state.best_val_scores
+            worse = [i for i, (old, new) in enumerate(zip(before, after)) if new < old]
+            if not worse:
+                return
+            examples = [self.valset[i] for i in worse]
+            without = {id(r): _stacked(base, [w for w in kept if w is not r]) for r in kept}
+            needed = sum(self.evaluator.cost(p, examples) for p in without.values()) + len(self.valset)
+            if needed > self.budget.remaining():
+                logger.info("round %d: no budget left to test the stack's winners one by one", self.state.round_index)
+                return
+            outcomes = self.evaluator.evaluate_many([(without[id(r)], examples) for r in kept], "validate")
+            stack_total = sum(Fraction(after[i]) for i in worse)
+            gain, suspect = max(((exact_total(o) - stack_total, r) for o, r in zip(outcomes, kept)), key=lambda x: x[0])
+            if gain <= 0:
+                return
+            stack_score, trial = self.state.best_val_score, replace(suspect)
+            start = self.budget.metric_calls
+            goes = self.acceptance.replaces_stack(trial, without[id(suspect)])
+            suspect.metric_calls += self.budget.metric_calls - start
+            if not goes:
+                return
+            kept.remove(suspect)
+            self._install(without[id(suspect)])
+            suspect.accepted, suspect.val_score = False, trial.val_score
+            suspect.reason = (
+                f"won its cluster and its stack's validation, but the stack without it did as well or better "
+                f"({trial.val_score:.4f} against {stack_score:.4f})"
+            )
+            for record in kept:
+                record.val_score, record.validated_at = trial.val_score, trial.validated_at
+            logger.info(
+                "round %d: %s's rewrite left the stack: validation %.4f without it, %.4f with it",
+                suspect.round,
+                suspect.predictor,
+                trial.val_score,
+                stack_score,
+            )
 
     def _settle_provisional(self, validate: bool) -> None:
         """On the way out: a stack still waiting for its validation pass gets it when ``validate`` and the budget
@@ -227,9 +325,12 @@ class RoundEngine:
                 checked = True
             except BudgetExhausted as stop:  # a task-LM cap: what was accepted before it stays
                 logger.info("the last stack's validation did not finish: %s", stop)
+        if checked:
+            self._judge_again(pending.held)
         for record in pending.winners:
             if not checked and not record.accepted:
                 record.reason = "won its cluster; the run stopped before its stack's validation pass"
+        for record in pending.winners + [h.record for h in pending.held]:
             try:
                 self._record(self.state.rounds[-1], record)
             except StopRun:
@@ -484,7 +585,13 @@ class RoundEngine:
     def _stack_waits(self) -> bool:
         """Whether this round's winners wait, unvalidated, for the next round's: the rounds are grouped in windows of
         ``stack_rounds`` (0-1, 2-3, ... with 2), and a window's winners share the pass at its last round. A fixed
-        window bounds the passes as a window opened by each first winner would, with less waiting on average."""
+        window bounds the passes as a window opened by each first winner would, with less waiting on average.
+
+        The round after one whose pass did not keep every winner validates its own: a rewrite that wins its cluster
+        and breaks other examples, left waiting, would also spoil the next round's attribution (its failures are
+        hard cases on top of it), and where such rewrites keep coming that would repeat in every window."""
+        if self._stack_lost_at is not None and self.state.round_index - self._stack_lost_at <= 1:
+            return False
         return (self.state.round_index + 1) % self.config.stack_rounds != 0
 
     def _record(self, round_record: RoundRecord, candidate: CandidateRecord) -> None:
