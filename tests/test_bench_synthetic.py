@@ -50,6 +50,47 @@ def test_a_fix_phrase_repairs_the_examples_of_its_defect_and_nothing_else():
             assert not ok
 
 
+def test_an_overreaching_fix_repairs_its_defect_and_breaks_some_examples_it_is_not_about(monkeypatch):
+    monkeypatch.setenv("SYNTH_OVERREACH", "0.5")
+    bench = load_benchmark(train=10, val=120, test=10, seed=0, n_steps=3)
+    lm = synthetic_lm("synthetic:0,0")
+    assert SyntheticWorld(0, 0, overreach=0.5).overreaches("note0-b")  # the defect this test fixes
+    program = bench.make_program()
+    step = program.named_predictors()[0][1]
+
+    def correct():
+        with dspy.context(lm=lm):
+            return [bench.metric(ex, program(question=ex.question)).score == 1.0 for ex in bench.valset]
+
+    def carries(ex) -> bool:
+        _case, bits, _ = decode_ticket(ex.question)
+        return 1 in bits  # step 0's second defect: note0-b
+
+    before = correct()
+    step.signature = step.signature.with_instructions(step.signature.instructions + " " + fix_phrase("note0-b"))
+    after = correct()
+    fixed = [a and not b for a, b in zip(after, before)]
+    broken = [b and not a for a, b in zip(after, before)]
+    assert any(fixed) and all(carries(ex) for ex, f in zip(bench.valset, fixed) if f)
+    assert any(broken) and not any(carries(ex) for ex, b in zip(bench.valset, broken) if b)
+    monkeypatch.setenv("SYNTH_OVERREACH", "0")
+    lm = synthetic_lm("synthetic:0,0")
+    assert all(a or not b for a, b in zip(correct(), before))  # without overreach nothing that passed breaks
+
+
+def test_an_overreach_share_outside_0_to_1_is_refused(monkeypatch):
+    from benchmarks.synthetic import overreach_share
+
+    for bad in ("1.5", "-0.1", "half"):
+        monkeypatch.setenv("SYNTH_OVERREACH", bad)
+        try:
+            overreach_share()
+        except ValueError as error:
+            assert "SYNTH_OVERREACH" in str(error)
+        else:
+            raise AssertionError(f"{bad!r} was accepted")
+
+
 def test_the_prompt_rule_proposes_the_same_fix_in_every_optimizers_format():
     world = SyntheticWorld(0, 0)
     shown = 'Generated Outputs: {"note1": "key=? (SYM-note1-b)"}; upstream: SYM-note0-a'

@@ -9,6 +9,8 @@ an example may carry several (multi-fault), none, or be unfixable. ``SYNTH_PREDI
 environment sets the number of steps (default 4), ``SYNTH_REWORD`` how the LM's wording varies
 (``repeat``, ``intermediate``, ``all``; see :mod:`benchmarks.synthetic.world`): in ``all`` every
 step is a ``dspy.ChainOfThought`` and the program returns the last step's reasoning with its answer.
+``SYNTH_OVERREACH`` the share of defects whose fix phrase also breaks other examples (default 0; see
+:mod:`benchmarks.synthetic.world`).
 """
 
 from __future__ import annotations
@@ -36,6 +38,18 @@ TOP_FREQUENCY = 0.30
 FREQUENCY_DECAY = 0.72
 UNFIXABLE_RATE = 0.08
 CANDIDATES = 4
+
+
+def overreach_share() -> float:
+    """The share of defects whose fix overreaches in this process (``SYNTH_OVERREACH``, default 0), checked."""
+    text = os.environ.get("SYNTH_OVERREACH", "0")
+    try:
+        share = float(text)
+    except ValueError:
+        share = -1.0
+    if not 0.0 <= share <= 1.0:
+        raise ValueError(f"SYNTH_OVERREACH must be a share between 0 and 1; got {text!r}")
+    return share
 
 
 def reword_mode() -> str:

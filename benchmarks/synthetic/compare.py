@@ -2,7 +2,8 @@
 
 ``python -m benchmarks.synthetic.compare --seeds 0,1,2 --steps 3 --reword all --out DIR [-- extra benchmarks.run
 options]`` runs ``python -m benchmarks.run --bench synthetic --seed S --split-seed S --out DIR/seedS ...`` for
-each seed (skip with ``--summary-only``) with ``SYNTH_PREDICTORS`` and ``SYNTH_REWORD`` set, 8 threads and a
+each seed (skip with ``--summary-only``) with ``SYNTH_PREDICTORS``, ``SYNTH_REWORD`` and ``SYNTH_OVERREACH``
+set, 8 threads and a
 budget of 400 metric calls (600 above 4 steps) unless the extra options say otherwise. It then prints, per
 seed and optimizer, the final validation and test scores, the totals spent, and what each optimizer had
 spent (metric calls, task-LM calls, task-LM tokens, wall seconds) when its best validation score first
@@ -168,6 +169,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", default="0,1,2")
     p.add_argument("--steps", type=int, default=int(os.environ.get("SYNTH_PREDICTORS", 4)))
     p.add_argument("--reword", default=os.environ.get("SYNTH_REWORD", "repeat"))
+    p.add_argument(
+        "--overreach",
+        default=os.environ.get("SYNTH_OVERREACH", "0"),
+        help="the share of defects whose fix also breaks other examples (SYNTH_OVERREACH)",
+    )
     p.add_argument("--out", required=True)
     p.add_argument("--summary-only", action="store_true")
     p.add_argument(
@@ -177,10 +183,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = p.parse_args(own)
     os.environ["SYNTH_PREDICTORS"], os.environ["SYNTH_REWORD"] = str(args.steps), args.reword
+    os.environ["SYNTH_OVERREACH"] = args.overreach
     from benchmarks.run import main as run_main
-    from benchmarks.synthetic import reword_mode
+    from benchmarks.synthetic import overreach_share, reword_mode
 
-    reword_mode()  # a bad mode fails here, before any run
+    reword_mode(), overreach_share()  # a bad mode or share fails here, before any run
     budget = [] if "--max-metric-calls" in extra else ["--max-metric-calls", str(default_budget(args.steps))]
     out = Path(args.out)
     files = []
@@ -194,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.reference:
         references = [Path(args.reference) / f.parent.name / "results.json" for f in files]
     rows, table = summarize(files, references)
-    header = f"steps {args.steps}, reword {args.reword}, seeds {args.seeds}"
+    header = f"steps {args.steps}, reword {args.reword}, overreach {args.overreach}, seeds {args.seeds}"
     header += f" (other optimizers from {args.reference})\n\n" if args.reference else "\n\n"
     (out / "summary.md").write_text(header + table + "\n")
     (out / "summary.json").write_text(json.dumps(rows, indent=1))

@@ -20,6 +20,12 @@ instruction roles with the current instruction plus the missing fix phrases. Wit
 sight it proposes nothing new. Fix phrases alone (e.g. in a list of rejected rewrites) are not
 evidence.
 
+Overreach (``overreach``, default 0): that share of the defects, chosen by a hash of their names, have a fix
+phrase that also makes its step over-strict: on the examples without that defect, the step breaks on
+``OVERREACH_BREAK_RATE`` of the (example, defect) pairs, with no symptom to read. Such a rewrite fixes its own
+failures (it wins on them) and breaks other examples: a net gain where its defect is frequent, a net loss where
+it is rare, as an LM's rewrite that overfits its evidence is. Only a validation on other examples tells.
+
 Rewording (``reword``): ``repeat`` (a step's output depends only on the value it carries and its
 defects, so an unchanged step repeats its output exactly), ``intermediate`` (the text of every
 step but the last varies with its whole prompt: instruction, inputs and hint, as an LM's wording
@@ -46,6 +52,7 @@ from dspy_agentgrad.testing import FakeCall
 
 SCRAMBLE = 0x5A3C96F1
 HINT_FIX_RATE = 0.8
+OVERREACH_BREAK_RATE = 0.2
 DEMO_FIX_RATE = 0.5
 _TICKET = re.compile(r"ticket T([0-9a-f]+)")
 LAST_FIELD = "answer"
@@ -103,10 +110,12 @@ class SyntheticWorld:
     apart from call counts: everything about an example is in its question. task_s / prompt_s:
     seconds each task / prompt call sleeps."""
 
-    def __init__(self, task_s: float = 0.03, prompt_s: float = 0.08, reword: str = "repeat"):
+    def __init__(self, task_s: float = 0.03, prompt_s: float = 0.08, reword: str = "repeat", overreach: float = 0.0):
         if reword not in REWORD_MODES:
             raise ValueError(f"reword must be one of {REWORD_MODES}; got {reword!r}")
-        self.task_s, self.prompt_s, self.reword = task_s, prompt_s, reword
+        if not 0.0 <= overreach <= 1.0:
+            raise ValueError(f"overreach must be a share between 0 and 1; got {overreach!r}")
+        self.task_s, self.prompt_s, self.reword, self.overreach = task_s, prompt_s, reword, overreach
         self.calls: Counter[str] = Counter()
         self._lock = threading.Lock()
 
@@ -165,9 +174,25 @@ class SyntheticWorld:
         if broken:
             shown = " ".join(symptom(d) for d in broken)
             return {field: f"unknown ({shown})" if last else f"key=? ({shown})"}
+        if self._over_strict(call, field, case, own):
+            return {field: "unknown" if last else "key=? (not confirmed)"}
         if last:
             return {field: "unknown" if unfixable else key}
         return {field: f"key={key} (checked at step {index})"}
+
+    def overreaches(self, defect: str) -> bool:
+        """Whether ``defect``'s fix phrase also makes its step over-strict (see the module docstring)."""
+        return stable_hash(f"overreach:{defect}") % 100 < self.overreach * 100
+
+    def _over_strict(self, call: FakeCall, field: str, case: int, own: list[str]) -> bool:
+        """Whether an overreaching fix phrase in the instruction breaks this step on this example (one it is
+        not about)."""
+        for defect in (defect_name(field, 0), defect_name(field, 1)):
+            if defect in own or not self.overreaches(defect) or f"RULE-{defect}" not in call.instructions:
+                continue
+            if stable_hash(f"overreach:{case}:{defect}") % 100 < OVERREACH_BREAK_RATE * 100:
+                return True
+        return False
 
     @staticmethod
     def _demonstrated(demos: list[dict], field: str, index: int) -> set[str]:
