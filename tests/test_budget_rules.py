@@ -104,13 +104,15 @@ def test_a_stack_that_loses_on_validation_falls_back_to_each_winner_alone():
     assert not all(c.accepted for c in together.candidates) and any(c.accepted for c in together.candidates)
 
 
-def test_a_winning_stack_drops_a_winner_that_costs_more_than_it_gives():
+@pytest.mark.parametrize("threads", [1, 4])
+def test_a_winning_stack_drops_a_winner_that_costs_more_than_it_gives(threads):
     # notes's rewrite fixes its own kind and breaks every other. Stacked with answer's rewrite it still beats the
     # starting program (0.2 -> 0.4), but answer's alone does as well, so notes's is dropped. extract's rewrite lost
     # its cluster check on top of notes's and is judged again without it. The verdicts and the program are those
     # of judging one at a time.
     kinds = {"notes": 4, "extract": 2, "answer": 2, "none": 2}
-    alone, together = judged(False, ("notes",), kinds), judged(True, ("notes",), kinds)
+    alone = judged(False, ("notes",), kinds, num_threads=threads)
+    together = judged(True, ("notes",), kinds, num_threads=threads)
     assert sorted((c.predictor, c.accepted) for c in together.candidates) == [
         ("answer", True),
         ("extract", True),
