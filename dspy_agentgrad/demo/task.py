@@ -293,7 +293,8 @@ def f1(prediction: str, gold: str) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
-def _evidence_ok(example: dspy.Example, evidence: str) -> bool:
+def shows_answer(example: dspy.Example, evidence: str) -> bool:
+    """Whether ``evidence`` holds the gold answer (then the answer step had what it needed)."""
     return re.search(re.escape(example.answer.lower()), str(evidence or "").lower()) is not None
 
 
@@ -314,7 +315,7 @@ def metric(
         "question, copied from the passage, not a sentence."
     ]
     evidence = getattr(pred, "evidence", None)
-    if evidence is not None and not _evidence_ok(example, evidence):
+    if evidence is not None and not shows_answer(example, evidence):
         parts.append(
             f"The evidence {str(evidence)[:160]!r} does not contain the answer; the right sentence "
             f"is {example.evidence!r}."
@@ -337,6 +338,6 @@ def hint(example: dspy.Example, pred_name: str, prediction: Any, feedback: str |
         return None
     if pred_name == "locate":
         return f"The sentence that answers the question is: {example.evidence!r}. Copy exactly this sentence."
-    if not _evidence_ok(example, getattr(prediction, "evidence", "")):
+    if not shows_answer(example, getattr(prediction, "evidence", "")):
         return None
     return f"The correct answer is {example.answer!r}. Reply with exactly {example.answer!r} and nothing else."
