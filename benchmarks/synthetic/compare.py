@@ -187,7 +187,8 @@ def main(argv: list[str] | None = None) -> int:
     from benchmarks.run import main as run_main
     from benchmarks.synthetic import overreach_share, reword_mode
 
-    reword_mode(), overreach_share()  # a bad mode or share fails here, before any run
+    reword_mode()  # a bad mode or share fails here, before any run
+    overreach_share()
     budget = [] if "--max-metric-calls" in extra else ["--max-metric-calls", str(default_budget(args.steps))]
     out = Path(args.out)
     files = []

@@ -7,6 +7,7 @@ with exact early rejection, and the verdict written into the candidate's record.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
@@ -19,6 +20,8 @@ from ..program.runs import Outcome
 from ..runtime.budget import Budget, BudgetExhausted
 from .events import Dispatcher, ValidationScored
 from .state import CandidateRecord, Cluster, RunState, exact_total
+
+logger = logging.getLogger("dspy.agentgrad")
 
 
 @dataclass
@@ -171,6 +174,31 @@ class Acceptance:
         )
         state.set_best(outcomes)
         return True
+
+    def costliest_winner(
+        self, left_out: list[tuple[CandidateRecord, Mapping[str, str]]], before: list[float]
+    ) -> CandidateRecord | None:
+        """The winner of an accepted stack (now the best program) to leave out on a full pass, or None.
+
+        Where the stack scores below the program before it (``before``), each ``(winner, the stack without it)``
+        is scored on those examples only; the winner whose absence wins back most is returned. None when no
+        validation example got worse, no absence wins anything back, or the budget cannot pay these runs and
+        the full pass after them."""
+        after = self.state.best_val_scores
+        worse = [i for i, (old, new) in enumerate(zip(before, after)) if new < old]
+        if not worse:
+            return None
+        examples = [self.valset[i] for i in worse]
+        needed = sum(self.evaluator.cost(program, examples) for _, program in left_out) + len(self.valset)
+        if needed > self.budget.remaining():
+            logger.info("round %d: no budget left to test the stack's winners one by one", self.state.round_index)
+            return None
+        outcomes = self.evaluator.evaluate_many([(program, examples) for _, program in left_out], "validate")
+        stack_total = sum(Fraction(after[i]) for i in worse)
+        gain, winner = max(
+            ((exact_total(o) - stack_total, record) for o, (record, _) in zip(outcomes, left_out)), key=lambda x: x[0]
+        )
+        return winner if gain > 0 else None
 
     def replaces_stack(self, record: CandidateRecord, without: Mapping[str, str]) -> bool:
         """Whether the accepted stack without one of its winners (``without``) does at least as well on validation,

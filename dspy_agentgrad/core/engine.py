@@ -16,7 +16,6 @@ import logging
 import random
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from fractions import Fraction
 
 import dspy
 
@@ -47,7 +46,7 @@ from .events import (
 )
 from .rewriting import Rewriter
 from .speculation import Speculation
-from .state import CandidateRecord, Cluster, RoundRecord, RunState, exact_total, example_label
+from .state import CandidateRecord, Cluster, RoundRecord, RunState, example_label
 
 logger = logging.getLogger("dspy.agentgrad")
 
@@ -272,20 +271,9 @@ class RoundEngine:
         """
         kept = list(winners)
         while len(kept) > 1:
-            after = self.state.best_val_scores
-            worse = [i for i, (old, new) in enumerate(zip(before, after)) if new < old]
-            if not worse:
-                return
-            examples = [self.valset[i] for i in worse]
             without = {id(r): _stacked(base, [w for w in kept if w is not r]) for r in kept}
-            needed = sum(self.evaluator.cost(p, examples) for p in without.values()) + len(self.valset)
-            if needed > self.budget.remaining():
-                logger.info("round %d: no budget left to test the stack's winners one by one", self.state.round_index)
-                return
-            outcomes = self.evaluator.evaluate_many([(without[id(r)], examples) for r in kept], "validate")
-            stack_total = sum(Fraction(after[i]) for i in worse)
-            gain, suspect = max(((exact_total(o) - stack_total, r) for o, r in zip(outcomes, kept)), key=lambda x: x[0])
-            if gain <= 0:
+            suspect = self.acceptance.costliest_winner([(r, without[id(r)]) for r in kept], before)
+            if suspect is None:
                 return
             stack_score, trial = self.state.best_val_score, replace(suspect)
             start = self.budget.metric_calls
