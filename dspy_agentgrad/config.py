@@ -16,7 +16,7 @@ DEFAULT_TRAIN_BATCH = 16
 CLUSTERINGS = ("lm", "tfidf", "embedding")
 #: Options a preset sets (an option passed explicitly wins). "paper": the paper's procedure, every run
 #: scored, one hint level and one candidate at a time, each candidate validated on its own, no cumulative
-#: hints, a large-medium-small cyclic minimum cluster size.
+#: hints, no reflections on hard cases, a large-medium-small cyclic minimum cluster size.
 PRESETS = {
     "paper": {
         "reuse_calls": False,
@@ -25,6 +25,7 @@ PRESETS = {
         "stack_rounds": 1,
         "cumulative_hints": False,
         "cluster_schedule": (3, 2, 1),
+        "reflect_hard_cases": False,
     },
 }
 VAL_ACCEPTANCE = ("strict", "non_decreasing", "robust")
@@ -114,6 +115,7 @@ class AgentGradConfig:
     leak_check: bool = True
     label_fields: tuple[str, ...] | None = None
     cumulative_hints: bool = True
+    reflect_hard_cases: bool = True
     failure_score: float = 0.0
     hint_delivery: str = "input_field"
     retry_attempts: int = 3
@@ -228,6 +230,8 @@ class AgentGradConfig:
         if self.candidates == "instructions":  # as before demonstrations existed: older runs still resume
             data.pop("candidates")
             data.pop("max_demos")
+        if not self.reflect_hard_cases:  # as before reflections existed: older runs still resume
+            data.pop("reflect_hard_cases")
         data["cluster_schedule"] = list(self.cluster_schedule)
         if self.optimize_predictors is not None:
             data["optimize_predictors"] = list(self.optimize_predictors)

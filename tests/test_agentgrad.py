@@ -423,5 +423,7 @@ def test_an_unchanged_program_comes_with_the_reason(caplog):
         )
     assert not result.accepted and result.hard_cases == 10
     assert "every failure was a hard case" in result.why_unchanged()
+    # this LM answers "wrong" whatever it is told: the reflections' rewrites cannot fix the hard cases either
+    assert "Reflections on them gave 10 gradient(s): 2 candidate(s) were judged" in result.why_unchanged()
     assert "unchanged: none of the 10 failures could be attributed" in result.to_markdown()
     assert any("returns the program unchanged" in r.getMessage() for r in caplog.records)

@@ -59,6 +59,7 @@ def test_early_rejection_makes_the_decisions_of_full_evaluation_with_fewer_metri
             cluster_schedule=(1,),
             eval_chunk_size=chunk,
             speculate=False,  # stacked checks score every validation example ahead
+            reflect_hard_cases=False,  # the extract rewrite's hard cases would add candidates judged on clusters
         ).detailed_results
         for chunk in (2, 10_000)
     }

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+
+import dspy
 
 from ..config import AgentGradConfig
+from ..program.runs import Outcome
 from ..roles.proposer import Proposer, StepRole
 from ..runtime.parallel import parallel_map
 from .clustering import GradientGroup, embedding_groups, random_minibatches, tfidf_groups
@@ -49,20 +52,64 @@ class Abstraction:
                 for name, rec in items
                 if demo_of(rec) is not None
             ]
-        steps = "\n".join(f"{i + 1}. {name}: {self.signatures.get(name, '')}" for i, name in enumerate(report.order))
+        steps = self._steps(report.order)
 
         def extract(item: tuple[str, AttributionRecord]) -> str | None:
             name, rec = item
             if self.config.agent_supervision and rec.corrected:
                 role = StepRole(self.signatures.get(name, ""), steps)
                 return self.proposer.gradient(role, instructions[name], rec.inputs, rec.original, rec.corrected)
-            expected = self.proposer.fields(dict(rec.example.labels()))
-            if rec.feedback:
-                expected += f"\nfeedback: {rec.feedback}"
             return self.proposer.system_gradient(
-                instructions[name], dict(rec.example.inputs()), rec.program_outputs, expected
+                instructions[name], dict(rec.example.inputs()), rec.program_outputs, self._expected(rec)
             )
 
+        return self._extracted(extract, items, instructions, round_index)
+
+    def reflections(
+        self,
+        asked: list[tuple[str, dspy.Example, Outcome]],
+        order: list[str],
+        instructions: Mapping[str, str],
+        round_index: int,
+    ) -> list[Gradient]:
+        """Step 3 for hard cases (``reflect_hard_cases``): no hint fixed them, so there is no pseudo-label and no
+        predictor to blame. Each predictor ``asked`` about a hard case (its failed run) is shown its own call there
+        with the expected result, as GEPA's reflection is, and asked what to change; answers of "no change" are
+        dropped. Its cluster check runs on the hard cases themselves, so a rewrite must fix them to go on."""
+        frozen = self.config.frozen(order)
+        items = [
+            (name, AttributionRecord(example, step.inputs, step.outputs, {}, outcome.feedback, outcome.outputs))
+            for name, example, outcome in asked
+            if name not in frozen and (step := outcome.first_step(name)) is not None
+        ]
+        steps = self._steps(order)
+
+        def reflect(item: tuple[str, AttributionRecord]) -> str | None:
+            name, rec = item
+            role = StepRole(self.signatures.get(name, ""), steps)
+            return self.proposer.reflection(
+                role, instructions[name], rec.inputs, rec.original, rec.program_outputs, self._expected(rec)
+            )
+
+        return self._extracted(reflect, items, instructions, round_index)
+
+    def _steps(self, order: list[str]) -> str:
+        """The program's steps in execution order with their fields, as the gradient roles are told."""
+        return "\n".join(f"{i + 1}. {name}: {self.signatures.get(name, '')}" for i, name in enumerate(order))
+
+    def _expected(self, rec: AttributionRecord) -> str:
+        """The example's labels and the metric's feedback, for roles that see no pseudo-label."""
+        expected = self.proposer.fields(dict(rec.example.labels()))
+        return expected + f"\nfeedback: {rec.feedback}" if rec.feedback else expected
+
+    def _extracted(
+        self,
+        extract: Callable[[tuple[str, AttributionRecord]], str | None],
+        items: list[tuple[str, AttributionRecord]],
+        instructions: Mapping[str, str],
+        round_index: int,
+    ) -> list[Gradient]:
+        """The gradients ``extract`` gives for ``items`` (asked concurrently, kept in item order)."""
         texts = parallel_map(extract, items, self.config.num_threads)
         return [
             Gradient(name, rec, text, round_index, instructions[name])

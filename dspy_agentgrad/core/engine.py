@@ -46,7 +46,7 @@ from .events import (
 )
 from .rewriting import Rewriter
 from .speculation import Speculation
-from .state import CandidateRecord, Cluster, RoundRecord, RunState, example_label
+from .state import CandidateRecord, Cluster, Gradient, RoundRecord, RunState, example_label
 
 logger = logging.getLogger("dspy.agentgrad")
 
@@ -518,6 +518,8 @@ class RoundEngine:
         self.emit("on_attribution", AttributionDone(r, report, failures, self.budget.metric_calls))
         self.state.blame += report.blame(r)
         fresh = self.abstraction.gradients(report, self.state.instructions, r)
+        reflected = self._reflections(batch, attribution) if not fresh else []
+        fresh += reflected
         fresh_keys = {(g.predictor, example_key(g.record.example)) for g in fresh}
         carried = [  # a gradient waits while its predictor's instruction is the one it was written against
             g
@@ -543,6 +545,7 @@ class RoundEngine:
             explained_single=report.explained_single,
             explained_cumulative=report.explained_cumulative,
             placebo_withheld=report.placebo_withheld,
+            reflected=len(reflected),
         )
         self.state.rounds.append(record)
         kinds = self.config.candidates
@@ -569,6 +572,30 @@ class RoundEngine:
         self.state.round_index += 1
         self.emit("on_round_end", RoundEnd(record))
         return record
+
+    def _reflections(self, batch: list[dspy.Example], attribution: Attribution) -> list[Gradient]:
+        """Gradients from reflecting on the round's hard cases, when no failure gave a pseudo-label
+        (``reflect_hard_cases``): without them such a round teaches nothing, and a run whose failures are all hard
+        cases stalls with budget left. A hard case is reflected on once per instruction of each predictor."""
+        hard = attribution.report.hard_cases
+        if not (self.config.reflect_hard_cases and hard) or self.config.candidates == "demos":
+            return []
+        program, order = self.state.instructions, attribution.report.order
+        outcomes = {id(example): outcome for example, outcome in zip(batch, attribution.outcomes)}
+        asked = [(e, n) for e in hard for n in order if (example_key(e), n, program[n]) not in self.state.reflected]
+        if not asked:
+            return []
+        gradients = self.abstraction.reflections(
+            [(n, e, outcomes[id(e)]) for e, n in asked], order, program, self.state.round_index
+        )
+        self.state.reflected.update((example_key(e), n, program[n]) for e, n in asked)
+        logger.info(
+            "round %d: no failure could be attributed; reflecting on %d hard case(s) gave %d gradient(s)",
+            self.state.round_index,
+            len({id(e) for e, _ in asked}),
+            len(gradients),
+        )
+        return gradients
 
     def _stack_waits(self) -> bool:
         """Whether this round's winners wait, unvalidated, for the next round's: the rounds are grouped in windows of

@@ -174,6 +174,7 @@ class RoundRecord:
     explained_single: int = 0
     explained_cumulative: int = 0
     placebo_withheld: int = 0
+    reflected: int = 0  # gradients from reflections on hard cases (``reflect_hard_cases``)
     stacked: list[str] = field(default_factory=list)  # winners' predictors left unvalidated for the next round's
 
 
@@ -219,6 +220,7 @@ class RunState:
     candidates: list[CandidateRecord] = field(default_factory=list)
     val_history: list[tuple[int, float]] = field(default_factory=list)
     waiting: list[Gradient] = field(default_factory=list)  # gradients carried to a later round
+    reflected: set[tuple[str, str, str]] = field(default_factory=set)  # (example, predictor, instruction) reflected on
     stop_reason: str = "not started"
     interrupted: bool = False
 

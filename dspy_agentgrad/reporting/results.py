@@ -51,22 +51,30 @@ def why_unchanged(rounds: list[dict], candidates: list[dict], stop_reason: str) 
     failures = sum(r["failures"] for r in rounds)
     if failures == 0:
         return "no training example failed, so there was nothing to learn from."
-    if sum(sum(r["attributed"].values()) for r in rounds) == 0:
-        return (
-            f"none of the {failures} failures could be attributed: no hinted re-run (single or cumulative) "
-            "reached the fix threshold, so every failure was a hard case. Check that the hints tell a "
-            "predictor what a correct run needs, that the task LM follows them, or lower fix_threshold "
-            "for a graded metric."
-        )
+    attributed = sum(sum(r["attributed"].values()) for r in rounds)
+    reflected = sum(r.get("reflected", 0) for r in rounds)
+    hard = (
+        f"none of the {failures} failures could be attributed: no hinted re-run (single or cumulative) "
+        "reached the fix threshold, so every failure was a hard case. Check that the hints tell a "
+        "predictor what a correct run needs, that the task LM follows them, or lower fix_threshold "
+        "for a graded metric."
+    )
+    if attributed == 0 and reflected == 0:
+        return hard
     if sum(r["gradients"] for r in rounds) == 0:
         return "failures were attributed, but the prompt LM wrote no usable gradient (see prompt_role_failures)."
+    prefix = f"{hard} Reflections on them gave {reflected} gradient(s): " if attributed == 0 else ""
     if not candidates:
         if sum(r["clusters"] for r in rounds):  # clusters were ready: the run stopped before judging one
-            return f"gradients were clustered, but the run stopped before a candidate was judged ({stop_reason})."
-        return "gradients were written, but no cluster reached the minimum cluster size before the run stopped."
+            return (
+                f"{prefix}gradients were clustered, but the run stopped before a candidate was judged ({stop_reason})."
+            )
+        return (
+            f"{prefix}gradients were written, but no cluster reached the minimum cluster size before the run stopped."
+        )
     reasons = Counter(c["reason"] for c in candidates)
     listed = ", ".join(f"{n} {reason}" for reason, n in reasons.items())
-    return f"{len(candidates)} candidate(s) were judged and none won both stages ({listed})."
+    return f"{prefix}{len(candidates)} candidate(s) were judged and none won both stages ({listed})."
 
 
 def paid_totals(segments: list[dict]) -> dict:

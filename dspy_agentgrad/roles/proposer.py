@@ -30,6 +30,7 @@ from .signatures import (
     AbstractGradients,
     ExtractGradient,
     ExtractSystemGradient,
+    ReflectOnFailure,
     RewriteInstruction,
     SummarizeGradients,
 )
@@ -61,6 +62,11 @@ class StepRole:
 def numbered(texts: list[str]) -> str:
     """Texts numbered from 0, as the aggregator role refers to them."""
     return "\n".join(f"[{i}] {t}" for i, t in enumerate(texts))
+
+
+def is_no_change(text: str) -> bool:
+    """Whether a reflection says the step needs no change (its answer begins "No change")."""
+    return " ".join(text.lower().split()).strip("\"'*. ").startswith("no change")
 
 
 class Proposer:
@@ -214,6 +220,33 @@ class Proposer:
             },
         )
         return (out or {}).get("gradient") or None
+
+    def reflection(
+        self,
+        role: StepRole,
+        instruction: str,
+        step_inputs: dict,
+        step_output: dict,
+        program_output: dict,
+        expected: str,
+    ) -> str | None:
+        """Step 3 for a hard case (no hint fixed it): what this predictor should change, judged from its own
+        output in the failed run; None when the role finds nothing to change (or failed)."""
+        out = self._call(
+            "reflect",
+            ReflectOnFailure,
+            {
+                "program_steps": role.program_steps,
+                "step_signature": role.signature,
+                "current_instruction": instruction,
+                "step_inputs": self.fields(step_inputs),
+                "step_output": self.fields(step_output),
+                "program_output": self.fields(program_output),
+                "expected": expected,
+            },
+        )
+        text = ((out or {}).get("gradient") or "").strip()
+        return None if not text or is_no_change(text) else text
 
     def abstract(self, instruction: str, gradients: list[str], minimum: int) -> list[GradientGroup] | None:
         """Groups of gradients with their generalized gradient; None when the call failed. The aggregator

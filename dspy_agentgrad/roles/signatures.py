@@ -46,6 +46,27 @@ class ExtractSystemGradient(dspy.Signature):
     gradient: str = dspy.OutputField(desc="how the instruction should change, in 1-4 sentences")
 
 
+class ReflectOnFailure(dspy.Signature):
+    """You improve the instruction of one step (an "agent") in a multi-step LM program.
+
+    The program failed on one training example, and re-running any step with a hint for this example
+    did not fix it, so nobody knows which step went wrong. You see this step's inputs and output in the
+    failed run, the program's final output, the expected result and the evaluator's feedback. Decide
+    whether this step's output is wrong or shows a problem given its inputs. If it is fine, answer
+    exactly "No change needed." Otherwise write a textual gradient: specific, actionable advice on how
+    the step's instruction should change. Describe general behaviour; do not copy answers or facts that
+    only apply to this example."""
+
+    program_steps: str = dspy.InputField(desc="the program's steps in execution order, with their fields")
+    step_signature: str = dspy.InputField(desc="this step's input and output fields")
+    current_instruction: str = dspy.InputField(desc="the step's instruction now")
+    step_inputs: str = dspy.InputField(desc="what the step was given")
+    step_output: str = dspy.InputField(desc="what the step produced in the failed run")
+    program_output: str = dspy.InputField(desc="the program's final output")
+    expected: str = dspy.InputField(desc="the expected result and the evaluator's feedback")
+    gradient: str = dspy.OutputField(desc='how the instruction should change, in 1-4 sentences, or "No change needed."')
+
+
 class GradientCluster(BaseModel):
     members: list[int] = Field(description="numbers of the gradients in this cluster")
     generalized_gradient: str = Field(description="one correction that covers every member")
