@@ -183,8 +183,8 @@ def describe_spec(spec: str) -> Any:
 def synthetic_lm(spec: str = "synthetic") -> dspy.LM:
     """The synthetic benchmark's simulated LM: ``synthetic`` (30 ms per task call, 80 ms per prompt
     call) or ``synthetic:TASK_MS,PROMPT_MS``; its wording follows ``SYNTH_REWORD`` as the program does, its
-    overreaching fixes ``SYNTH_OVERREACH``."""
-    from benchmarks.synthetic import overreach_share, reword_mode
+    overreaching fixes ``SYNTH_OVERREACH``, its hint-following ``SYNTH_HINT_RATE``."""
+    from benchmarks.synthetic import hint_rate, overreach_share, reword_mode
     from benchmarks.synthetic.world import SyntheticWorld
     from dspy_agentgrad.testing import fake_lm
 
@@ -196,7 +196,7 @@ def synthetic_lm(spec: str = "synthetic") -> dspy.LM:
             raise ValueError(
                 f"synthetic LM spec must be 'synthetic' or 'synthetic:TASK_MS,PROMPT_MS'; got {spec!r}"
             ) from exc
-    world = SyntheticWorld(task_ms / 1000, prompt_ms / 1000, reword_mode(), overreach_share())
+    world = SyntheticWorld(task_ms / 1000, prompt_ms / 1000, reword_mode(), overreach_share(), hint_rate())
     return fake_lm(world, name="fake/synthetic")
 
 

@@ -10,6 +10,7 @@ from benchmarks.lms import synthetic_lm
 from benchmarks.synthetic import load_benchmark
 from benchmarks.synthetic.world import SyntheticWorld, decode_ticket, fix_phrase
 from dspy_agentgrad.testing import FakeCall
+from dspy_agentgrad.testing.fake_lm import HINT_FIELD
 
 STEP1 = "Given the fields `question`, `note0`, produce the fields `note1`."
 
@@ -78,17 +79,41 @@ def test_an_overreaching_fix_repairs_its_defect_and_breaks_some_examples_it_is_n
     assert all(a or not b for a, b in zip(correct(), before))  # without overreach nothing that passed breaks
 
 
-def test_an_overreach_share_outside_0_to_1_is_refused(monkeypatch):
-    from benchmarks.synthetic import overreach_share
+def test_a_share_outside_0_to_1_is_refused(monkeypatch):
+    from benchmarks.synthetic import hint_rate, overreach_share
 
-    for bad in ("1.5", "-0.1", "half"):
-        monkeypatch.setenv("SYNTH_OVERREACH", bad)
-        try:
-            overreach_share()
-        except ValueError as error:
-            assert "SYNTH_OVERREACH" in str(error)
-        else:
-            raise AssertionError(f"{bad!r} was accepted")
+    for name, read in (("SYNTH_OVERREACH", overreach_share), ("SYNTH_HINT_RATE", hint_rate)):
+        for bad in ("1.5", "-0.1", "half"):
+            monkeypatch.setenv(name, bad)
+            try:
+                read()
+            except ValueError as error:
+                assert name in str(error)
+            else:
+                raise AssertionError(f"{name}={bad!r} was accepted")
+
+
+def test_the_hint_rate_sets_how_many_hinted_faulty_steps_follow_their_hint(monkeypatch):
+    bench = load_benchmark(train=10, val=200, test=10, seed=0, n_steps=3)
+    faulty = [ex for ex in bench.valset if any(bit // 2 == 0 for bit in decode_ticket(ex.question)[1])]
+    instruction = "Given the fields `question`, produce the fields `note0`."
+
+    def followed(world: SyntheticWorld) -> int:
+        """Step 0's hinted runs on the examples with a step-0 defect that come out without a symptom."""
+        outs = [
+            world.task(FakeCall("", "", instruction, {"question": ex.question, HINT_FIELD: "check"}, ["note0"]))
+            for ex in faulty
+        ]
+        return sum("SYM-" not in out["note0"] for out in outs)
+
+    rates = [followed(SyntheticWorld(0, 0, hint_rate=r)) for r in (0.0, 0.4, 0.8, 1.0)]
+    assert rates[0] == 0 and rates[-1] == len(faulty) > 10 and rates[0] < rates[1] < rates[2] < rates[3]
+    from benchmarks.synthetic import hint_rate
+
+    monkeypatch.setenv("SYNTH_HINT_RATE", "0.4")
+    assert hint_rate() == 0.4  # what the benchmark's LM is built with
+    monkeypatch.delenv("SYNTH_HINT_RATE")
+    assert hint_rate() == 0.8  # the world's default
 
 
 def test_the_prompt_rule_proposes_the_same_fix_in_every_optimizers_format():

@@ -9,8 +9,9 @@ an example may carry several (multi-fault), none, or be unfixable. ``SYNTH_PREDI
 environment sets the number of steps (default 4), ``SYNTH_REWORD`` how the LM's wording varies
 (``repeat``, ``intermediate``, ``all``; see :mod:`benchmarks.synthetic.world`): in ``all`` every
 step is a ``dspy.ChainOfThought`` and the program returns the last step's reasoning with its answer.
-``SYNTH_OVERREACH`` the share of defects whose fix phrase also breaks other examples (default 0; see
-:mod:`benchmarks.synthetic.world`).
+``SYNTH_OVERREACH`` the share of defects whose fix phrase also breaks other examples (default 0), and
+``SYNTH_HINT_RATE`` the share of (example, step) pairs where a hinted faulty step follows its hint
+(default 0.8; a weaker LM follows fewer; see :mod:`benchmarks.synthetic.world`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import dspy
 
 from benchmarks.registry import Benchmark
 from benchmarks.synthetic.world import (
+    HINT_FIX_RATE,
     LAST_FIELD,
     REWORD_MODES,
     decode_ticket,
@@ -40,16 +42,27 @@ UNFIXABLE_RATE = 0.08
 CANDIDATES = 4
 
 
-def overreach_share() -> float:
-    """The share of defects whose fix overreaches in this process (``SYNTH_OVERREACH``, default 0), checked."""
-    text = os.environ.get("SYNTH_OVERREACH", "0")
+def _share(name: str, default: str) -> float:
+    """The share in environment variable ``name`` (``default`` when unset), checked to lie in [0, 1]."""
+    text = os.environ.get(name, default)
     try:
         share = float(text)
     except ValueError:
         share = -1.0
     if not 0.0 <= share <= 1.0:
-        raise ValueError(f"SYNTH_OVERREACH must be a share between 0 and 1; got {text!r}")
+        raise ValueError(f"{name} must be a share between 0 and 1; got {text!r}")
     return share
+
+
+def overreach_share() -> float:
+    """The share of defects whose fix overreaches in this process (``SYNTH_OVERREACH``, default 0), checked."""
+    return _share("SYNTH_OVERREACH", "0")
+
+
+def hint_rate() -> float:
+    """The share of (example, step) pairs where a hinted faulty step follows its hint in this process
+    (``SYNTH_HINT_RATE``, default ``HINT_FIX_RATE``), checked."""
+    return _share("SYNTH_HINT_RATE", str(HINT_FIX_RATE))
 
 
 def reword_mode() -> str:

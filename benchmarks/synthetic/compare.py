@@ -1,16 +1,16 @@
 """Several seeds of the synthetic benchmark through the head-to-head runner, and tables of what reaching a score cost.
 
-``python -m benchmarks.synthetic.compare --seeds 0,1,2 --steps 3 --reword all --out DIR [-- extra benchmarks.run
-options]`` runs ``python -m benchmarks.run --bench synthetic --seed S --split-seed S --out DIR/seedS ...`` for
-each seed (skip with ``--summary-only``) with ``SYNTH_PREDICTORS``, ``SYNTH_REWORD`` and ``SYNTH_OVERREACH``
-set, 8 threads and a
-budget of 400 metric calls (600 above 4 steps) unless the extra options say otherwise. It then prints, per
-seed and optimizer, the final validation and test scores, the totals spent, and what each optimizer had
-spent (metric calls, task-LM calls, task-LM tokens, wall seconds) when its best validation score first
-reached two levels: GEPA's final validation score of that seed (how fast each gets where GEPA ends) and
-90% of the best final validation score of the seed (a common target, :mod:`benchmarks.speed`). Medians
-over seeds follow, with AgentGrad/GEPA ratios per seed (a level AgentGrad never reaches counts as inf; one
-only GEPA misses as 0). "Equal budget" is equal metric calls; the task-LM columns say what that bought.
+``python -m benchmarks.synthetic.compare --seeds 0,1,2 --steps 3 --reword all --out DIR [-- extra
+benchmarks.run options]`` runs ``python -m benchmarks.run --bench synthetic --seed S --split-seed S --out
+DIR/seedS ...`` for each seed (skip with ``--summary-only``) with ``SYNTH_PREDICTORS``, ``SYNTH_REWORD``,
+``SYNTH_OVERREACH`` and ``SYNTH_HINT_RATE`` set, 8 threads and a budget of 400 metric calls (600 above 4
+steps) unless the extra options say otherwise. It then prints, per seed and optimizer, the final validation
+and test scores, the totals spent, and what each optimizer had spent (metric calls, task-LM calls, task-LM
+tokens, wall seconds) when its best validation score first reached two levels: GEPA's final validation score
+of that seed (how fast each gets where GEPA ends) and 90% of the best final validation score of the seed (a
+common target, :mod:`benchmarks.speed`). Medians over seeds follow, with AgentGrad/GEPA ratios per seed (a
+level AgentGrad never reaches counts as inf; one only GEPA misses as 0). "Equal budget" is equal metric calls;
+the task-LM columns say what that bought.
 """
 
 from __future__ import annotations
@@ -174,6 +174,11 @@ def main(argv: list[str] | None = None) -> int:
         default=os.environ.get("SYNTH_OVERREACH", "0"),
         help="the share of defects whose fix also breaks other examples (SYNTH_OVERREACH)",
     )
+    p.add_argument(
+        "--hint-rate",
+        help="the share of (example, step) pairs where a hinted faulty step follows its hint (SYNTH_HINT_RATE; "
+        "the world's default when unset)",
+    )
     p.add_argument("--out", required=True)
     p.add_argument("--summary-only", action="store_true")
     p.add_argument(
@@ -184,11 +189,14 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(own)
     os.environ["SYNTH_PREDICTORS"], os.environ["SYNTH_REWORD"] = str(args.steps), args.reword
     os.environ["SYNTH_OVERREACH"] = args.overreach
+    if args.hint_rate is not None:
+        os.environ["SYNTH_HINT_RATE"] = args.hint_rate
     from benchmarks.run import main as run_main
-    from benchmarks.synthetic import overreach_share, reword_mode
+    from benchmarks.synthetic import hint_rate, overreach_share, reword_mode
 
     reword_mode()  # a bad mode or share fails here, before any run
     overreach_share()
+    rate = hint_rate()
     budget = [] if "--max-metric-calls" in extra else ["--max-metric-calls", str(default_budget(args.steps))]
     out = Path(args.out)
     files = []
@@ -202,7 +210,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.reference:
         references = [Path(args.reference) / f.parent.name / "results.json" for f in files]
     rows, table = summarize(files, references)
-    header = f"steps {args.steps}, reword {args.reword}, overreach {args.overreach}, seeds {args.seeds}"
+    header = f"steps {args.steps}, reword {args.reword}, overreach {args.overreach}, hint rate {rate:g}"
+    header += f", seeds {args.seeds}"
     header += f" (other optimizers from {args.reference})\n\n" if args.reference else "\n\n"
     (out / "summary.md").write_text(header + table + "\n")
     (out / "summary.json").write_text(json.dumps(rows, indent=1))

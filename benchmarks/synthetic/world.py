@@ -6,7 +6,7 @@ defects in an opaque ticket in the question (the prompt-LM rule never decodes it
 instruction lacks a defect's fix phrase (``RULE-<defect>``) breaks on the examples with that
 defect: its output shows the symptom ``SYM-<defect>`` and loses the record key, so every later
 step fails too. A hinted step behaves as if its own defects were fixed on 80% of the
-(example, step) pairs, never for upstream defects. Unfixable examples fail at the last step with
+(example, step) pairs (``hint_rate``), never for upstream defects. Unfixable examples fail at the last step with
 no symptom, whatever the instructions and hints. Demonstrations (any optimizer's) teach by
 analogy: a step shown a demonstration of a correct output of its own on a case that carried one
 of its defects behaves as if that defect were fixed on 50% of the (example, step) pairs.
@@ -110,12 +110,21 @@ class SyntheticWorld:
     apart from call counts: everything about an example is in its question. task_s / prompt_s:
     seconds each task / prompt call sleeps."""
 
-    def __init__(self, task_s: float = 0.03, prompt_s: float = 0.08, reword: str = "repeat", overreach: float = 0.0):
+    def __init__(
+        self,
+        task_s: float = 0.03,
+        prompt_s: float = 0.08,
+        reword: str = "repeat",
+        overreach: float = 0.0,
+        hint_rate: float = HINT_FIX_RATE,
+    ):
         if reword not in REWORD_MODES:
             raise ValueError(f"reword must be one of {REWORD_MODES}; got {reword!r}")
-        if not 0.0 <= overreach <= 1.0:
-            raise ValueError(f"overreach must be a share between 0 and 1; got {overreach!r}")
+        for name, share in (("overreach", overreach), ("hint_rate", hint_rate)):
+            if not 0.0 <= share <= 1.0:
+                raise ValueError(f"{name} must be a share between 0 and 1; got {share!r}")
         self.task_s, self.prompt_s, self.reword, self.overreach = task_s, prompt_s, reword, overreach
+        self.hint_rate = hint_rate
         self.calls: Counter[str] = Counter()
         self._lock = threading.Lock()
 
@@ -166,7 +175,7 @@ class SyntheticWorld:
             return {field: "unknown" if last else "key=? (no record key in the input)"}
         own = [defect_name(field, bit % 2) for bit in bits if bit // 2 == index]
         broken = [d for d in own if f"RULE-{d}" not in call.instructions]
-        if broken and call.hint is not None and stable_hash(f"{case}:{field}") % 100 < HINT_FIX_RATE * 100:
+        if broken and call.hint is not None and stable_hash(f"{case}:{field}") % 100 < self.hint_rate * 100:
             broken = []
         if broken and stable_hash(f"demo:{case}:{field}") % 100 < DEMO_FIX_RATE * 100:
             shown = self._demonstrated(call.demos, field, index)
