@@ -5,9 +5,9 @@ defect belongs to one step and is named after its field (``note1-b``). An exampl
 defects in an opaque ticket in the question (the prompt-LM rule never decodes it). A step whose
 instruction lacks a defect's fix phrase (``RULE-<defect>``) breaks on the examples with that
 defect: its output shows the symptom ``SYM-<defect>`` and loses the record key, so every later
-step fails too. A hinted step behaves as if its own defects were fixed on 80% of the
-(example, step) pairs (``hint_rate``), never for upstream defects. Unfixable examples fail at the last step with
-no symptom, whatever the instructions and hints. Demonstrations (any optimizer's) teach by
+step fails too. A hinted step behaves as if its own defects were fixed on a share ``hint_rate``
+(default 80%) of the (example, step) pairs, never for upstream defects. Unfixable examples fail at the
+last step with no symptom, whatever the instructions and hints. Demonstrations (any optimizer's) teach by
 analogy: a step shown a demonstration of a correct output of its own on a case that carried one
 of its defects behaves as if that defect were fixed on 50% of the (example, step) pairs.
 

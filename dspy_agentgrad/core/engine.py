@@ -582,13 +582,14 @@ class RoundEngine:
             return []
         program, order = self.state.instructions, attribution.report.order
         outcomes = {id(example): outcome for example, outcome in zip(batch, attribution.outcomes)}
-        asked = [(e, n) for e in hard for n in order if (example_key(e), n, program[n]) not in self.state.reflected]
+        keys = {(id(e), n): (example_key(e), n, program[n]) for e in hard for n in order}
+        asked = [(e, n) for e in hard for n in order if keys[id(e), n] not in self.state.reflected]
         if not asked:
             return []
         gradients = self.abstraction.reflections(
             [(n, e, outcomes[id(e)]) for e, n in asked], order, program, self.state.round_index
         )
-        self.state.reflected.update((example_key(e), n, program[n]) for e, n in asked)
+        self.state.reflected.update(keys[id(e), n] for e, n in asked)
         logger.info(
             "round %d: no failure could be attributed; reflecting on %d hard case(s) gave %d gradient(s)",
             self.state.round_index,
