@@ -41,7 +41,9 @@ def make_reader(examples):
 
 def test_demo_runs_end_to_end_and_reports(tmp_path, capsys):
     lm = fake_lm(make_reader([e for split in demo_task.load_demo_data(6, 6, 8) for e in split]))
-    settings = DemoSettings(n_train=6, n_val=6, n_test=8, max_metric_calls=80, candidates="instructions")
+    settings = DemoSettings(
+        n_train=6, n_val=6, n_test=8, max_metric_calls=80, candidates="instructions", hint_delivery="input_field"
+    )
     summary = run_demo(lm, lm, settings, out=tmp_path)
     printed = capsys.readouterr().out
     assert "Held-out score (token F1, 8 examples)" in printed and "Blamed" in printed and "Tried" in printed
@@ -154,3 +156,25 @@ def test_a_run_served_entirely_from_the_cache_says_so(tmp_path, capsys):
     summary = run_demo(lm, lm, DemoSettings(n_train=4, n_val=4, n_test=4, max_metric_calls=40), out=tmp_path)
     assert "Nothing was generated" not in capsys.readouterr().out
     assert "Nothing was generated: every LM reply came from DSPy's cache" in report({**summary, "lm_generations": 0})
+
+
+def test_the_jobs_hint_is_shown_as_a_worked_example_that_a_copier_follows(tmp_path):
+    """A reader that ignores advice but copies a demonstration of its very inputs: with the job's default hint
+    delivery its failures are blamed on the step at fault, none is a hard case."""
+
+    def copier(call: FakeCall):
+        if "current_instruction" in call.inputs:
+            raise AssertionError("demonstrations need no prompt-LM call")
+        field = call.output_fields[0]
+        same = [d for d in call.demos if all(d.get(k) == v for k, v in call.inputs.items())]
+        if same:
+            return {field: same[-1][field]}
+        return {field: call.inputs["passage" if field == "evidence" else "evidence"]}
+
+    summary = run_demo(fake_lm(copier), fake_lm(copier), DemoSettings(n_train=4, n_val=4, n_test=4), out=tmp_path)
+    first = summary["rounds"][0]
+    assert summary["settings"]["hint_delivery"] == "demo"
+    assert first["failures"] == 4 and first["hard_cases"] == 0 and first["attributed"]["answer"] == 4
+    assert {b["with_hint"]["answer"] for b in summary["blamed"]} <= {
+        e.answer for e in demo_task.load_demo_data(4, 4, 4)[0]
+    }

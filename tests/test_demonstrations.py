@@ -10,6 +10,7 @@ from world import Pipeline, World, counted, feedback_metric, make_data, world_lm
 
 from dspy_agentgrad import AgentGrad
 from dspy_agentgrad.program.evaluation import state_key
+from dspy_agentgrad.program.interception import hint_outputs
 from dspy_agentgrad.program.program_state import ProgramState
 from dspy_agentgrad.runtime.jsonable import digest
 
@@ -148,3 +149,35 @@ def test_switching_candidates_on_resume_is_refused(tmp_path):
 def test_bad_demo_options_are_refused_with_the_choices(bad):
     with pytest.raises(ValueError, match="candidates must be one of|max_demos must be"):
         AgentGrad(feedback_metric, max_rounds=1, **FAST, **bad)
+
+
+def expected_output(example, pred_name, prediction, feedback):
+    """A hint that is the output the step should write (what ``hint_delivery="demo"`` shows)."""
+    qid = example.question.split()[0]
+    return {"extract": qid, "notes": f"the answer is ans-{qid}", "answer": f"ans-{qid}"}[pred_name]
+
+
+@pytest.mark.parametrize("delivery", ["input_field", "demo"])
+def test_a_step_that_ignores_hints_but_copies_examples_is_attributed_when_the_hint_is_shown_as_one(delivery):
+    world = World(learns_from="demos", hint_follow_rate=0.0)
+    result = compile_in(world, "demos", hint_fn=expected_output, hint_delivery=delivery).detailed_results
+    first = result.rounds[0]
+    assert first.failures == 5
+    if delivery == "input_field":  # the hint is ignored: every failure is a hard case and nothing is learned
+        assert first.hard_cases == 5 and not any(first.attributed.values())
+        assert result.best_val_score == result.initial_val_score
+        return
+    # shown its own inputs with the right output, the faulty step copies it: each failure goes to its step
+    assert first.hard_cases == 0 and first.attributed == {"extract": 0, "notes": 2, "answer": 3}
+    assert result.best_val_score == 1.0 > result.initial_val_score
+    assert {c.predictor for c in result.accepted} == {"answer", "notes"}
+
+
+def test_a_hint_shown_as_an_example_names_the_steps_outputs():
+    one = dspy.Signature("question -> answer")
+    assert hint_outputs(one, "Paris") == {"answer": "Paris"}
+    assert hint_outputs(dspy.ChainOfThought(one).predict.signature, "Paris") == {"answer": "Paris"}  # not its reasoning
+    two = dspy.Signature("question -> city, country")
+    assert hint_outputs(two, '{"city": "Paris", "country": "France"}') == {"city": "Paris", "country": "France"}
+    assert hint_outputs(two, "Paris") is None  # which field? the hint goes in the input field instead
+    assert hint_outputs(two, '{"town": "Paris"}') is None

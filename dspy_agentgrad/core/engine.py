@@ -16,6 +16,7 @@ import logging
 import random
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
+from itertools import chain
 
 import dspy
 
@@ -31,7 +32,7 @@ from .abstraction import Abstraction
 from .acceptance import Acceptance
 from .attribution import Attribution, Attributor, HintFn
 from .clustering import min_cluster_size
-from .demonstrations import added_demos
+from .demonstrations import added_demos, pooled
 from .events import (
     AttributionDone,
     CandidateJudged,
@@ -557,13 +558,9 @@ class RoundEngine:
             self.speculation.prefetch_judging(ready, r, validation=not waits)
         if kinds == "instructions" and self.config.validate_together:
             judged = self.update_together(ready, minimum) if ready or self._provisional else []
-        else:
-            proposals = {
-                "instructions": [self.update],
-                "demos": [self.update_demos],
-                "both": [self.update_demos, self.update],  # the rewrite builds on the demonstrations if kept
-            }[kinds]
-            judged = (propose(cluster, minimum) for cluster in ready for propose in proposals)
+        else:  # with "both", the rewrites build on the demonstrations kept
+            shown = (self.update_demos(pool, minimum) for pool in pooled(ready) if kinds != "instructions")
+            judged = chain(shown, (self.update(cluster, minimum) for cluster in ready if kinds != "demos"))
         for candidate in judged:
             self._record(record, candidate)
         record.stacked = [winner.predictor for winner in self._provisional.winners] if self._provisional else []

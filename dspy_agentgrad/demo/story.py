@@ -10,7 +10,11 @@ def _clip(text: object, width: int = 110) -> str:
     return flat if len(flat) <= width else flat[: width - 3] + "..."
 
 
-_TRIED = {"instructions": "a rewrite", "demos": "demonstrations", "both": "demonstrations, then a rewrite"}
+_TRIED = {
+    "instructions": "a rewrite per cluster",
+    "demos": "demonstrations per predictor, from all its clusters",
+    "both": "demonstrations per predictor, then a rewrite per cluster",
+}
 
 
 def _demo_text(demo: dict) -> str:
@@ -68,7 +72,7 @@ def report(summary: dict) -> str:
         )
     lines += [
         "",
-        f"Tried ({_TRIED[summary['settings'].get('candidates', 'instructions')]} per cluster; "
+        f"Tried ({_TRIED[summary['settings'].get('candidates', 'instructions')]}; "
         "kept only if better on its cluster, then on validation):",
     ]
     if not summary["candidates"]:

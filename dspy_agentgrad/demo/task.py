@@ -31,7 +31,7 @@ from typing import Any
 
 import dspy
 
-__all__ = ["load_demo_data", "make_program", "metric", "hint", "f1", "demo_lm"]
+__all__ = ["load_demo_data", "make_program", "metric", "hint", "demo_hint", "f1", "demo_lm"]
 
 _FIRST = [
     "Lena",
@@ -323,21 +323,35 @@ def metric(
     return dspy.Prediction(score=round(score, 4), feedback=" ".join(parts))
 
 
-def hint(example: dspy.Example, pred_name: str, prediction: Any, feedback: str | None) -> str | None:
+def expected_output(example: dspy.Example, pred_name: str, prediction: Any) -> str | None:
     """What ``pred_name`` should have written on this example (None when already correct).
 
-    ``locate`` is given the gold evidence sentence, ``answer`` the gold answer,
-    but only when the evidence ``answer`` received contains it: with wrong
-    evidence the answer step is not at fault, and the failure moves on to
-    ``locate``. (AgentGrad's leak check would reject such a copied answer too,
-    except for years: labels of digits only are too short to check.)
-    SmolLM2-135M copies a gold hint far more often than it follows advice about
-    the answer's shape (benchmarks/local_lm/hint_probe_smollm2-135m.json).
+    ``locate``: the gold evidence sentence; ``answer``: the gold answer, but only when the evidence
+    ``answer`` received contains it: with wrong evidence the answer step is not at fault, and the failure
+    moves on to ``locate``. (AgentGrad's leak check would reject such a copied answer too, except for years:
+    labels of digits only are too short to check.)
     """
     if f1(str(getattr(prediction, "answer", "") or ""), example.answer) == 1.0:
         return None
     if pred_name == "locate":
-        return f"The sentence that answers the question is: {example.evidence!r}. Copy exactly this sentence."
+        return example.evidence
     if not shows_answer(example, getattr(prediction, "evidence", "")):
         return None
-    return f"The correct answer is {example.answer!r}. Reply with exactly {example.answer!r} and nothing else."
+    return example.answer
+
+
+def hint(example: dspy.Example, pred_name: str, prediction: Any, feedback: str | None) -> str | None:
+    """:func:`expected_output` as advice, for a hint delivered as an input field or in the instruction."""
+    value = expected_output(example, pred_name, prediction)
+    if value is None:
+        return None
+    if pred_name == "locate":
+        return f"The sentence that answers the question is: {value!r}. Copy exactly this sentence."
+    return f"The correct answer is {value!r}. Reply with exactly {value!r} and nothing else."
+
+
+def demo_hint(example: dspy.Example, pred_name: str, prediction: Any, feedback: str | None) -> str | None:
+    """:func:`expected_output` itself, for a hint shown as a worked example of the call (``hint_delivery="demo"``):
+    the step is shown its own inputs with this output. SmolLM2-135M copies a demonstration far more often than it
+    follows a hint's advice (benchmarks/local_lm/demo_job.md, section 7)."""
+    return expected_output(example, pred_name, prediction)

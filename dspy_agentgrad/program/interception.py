@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import json
 import threading
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
@@ -41,13 +42,14 @@ from dspy.signatures.signature import ensure_signature
 from ..runtime.budget import Budget, TaskCapReached, task_ticket
 from ..runtime.jsonable import digest, to_jsonable
 from ..runtime.usage import empty_usage, track
+from .hints import REASONING_MARKERS
 from .program_state import ProgramState, as_examples
 from .runs import Step
 
 HINT_HEADER = "Hint for this example only (use it to produce a correct output):"
 HINT_FIELD = "example_hint"  # not dspy.Refine's "hint_": Refine overwrites that one with its own advice
 HINT_FIELD_DESC = "a hint for this example only: use it to produce a correct output"
-HINT_DELIVERIES = ("input_field", "instruction")
+HINT_DELIVERIES = ("input_field", "instruction", "demo")
 CONTROL_KEY = "agentgrad_run"
 _NAME_ATTR = "_agentgrad_name"
 
@@ -153,15 +155,36 @@ def instructed(signature: type[dspy.Signature], instruction: str, hint_field: bo
     return built
 
 
-def hinted_call(signature: type[dspy.Signature], instruction: str, hint: str, delivery: str, kwargs: dict):
+def hint_outputs(signature: type[dspy.Signature], hint: str) -> dict[str, Any] | None:
+    """What a ``demo``-delivered hint says the step writes: a JSON object of the step's output fields, or the
+    text itself when the step has one answer field (reasoning fields aside); None when it says neither."""
+    try:
+        parsed = json.loads(hint)
+    except ValueError:
+        parsed = None
+    if isinstance(parsed, dict) and parsed and set(parsed) <= set(signature.output_fields):
+        return parsed
+    answers = [name for name in signature.output_fields if not any(m in name.lower() for m in REASONING_MARKERS)]
+    return {answers[0]: hint} if len(answers) == 1 else None
+
+
+def hinted_call(signature: type[dspy.Signature], instruction: str, hint: str, delivery: str, kwargs: dict, demos=()):
     """The signature and inputs of a hinted call.
 
     ``input_field`` passes the hint as an extra input field next to the step's inputs (the way
     ``dspy.Refine`` passes its advice, under a name of its own so both reach a predictor inside
-    a ``Refine``); ``instruction`` appends it to the instruction.
+    a ``Refine``); ``instruction`` appends it to the instruction; ``demo`` shows it as a worked example of
+    this very call, after the step's ``demos``: its inputs, and the hint as its output (:func:`hint_outputs`).
+    Small models copy a demonstration far more readily than they follow advice. A hint that names no output
+    goes in the input field.
     """
     if delivery == "instruction":
         return signature.with_instructions(hinted_instruction(instruction, hint)), kwargs
+    outputs = hint_outputs(signature, hint) if delivery == "demo" else None
+    if outputs is not None:
+        inputs = {k: v for k, v in kwargs.items() if k in signature.input_fields}
+        shown = list(demos) + [dspy.Example(**inputs, **outputs)]
+        return instructed(signature, instruction), {**kwargs, "demos": shown}
     return instructed(signature, instruction, hint_field=True), {**kwargs, HINT_FIELD: hint}
 
 
@@ -233,7 +256,8 @@ class _Call:
         instruction = self.control.instructions[self.name]
         hint = self.control.hints.get(self.name)
         if hint:
-            signature, inputs = hinted_call(base, instruction, hint, self.delivery, kwargs)
+            demos = kwargs.get("demos") or self.predictor.demos
+            signature, inputs = hinted_call(base, instruction, hint, self.delivery, kwargs, demos)
             return {**inputs, "signature": signature}
         return {**kwargs, "signature": instructed(base, instruction)}
 

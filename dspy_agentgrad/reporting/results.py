@@ -56,8 +56,9 @@ def why_unchanged(rounds: list[dict], candidates: list[dict], stop_reason: str) 
     hard = (
         f"none of the {failures} failures could be attributed: no hinted re-run (single or cumulative) "
         "reached the fix threshold, so every failure was a hard case. Check that the hints tell a "
-        "predictor what a correct run needs, that the task LM follows them, or lower fix_threshold "
-        "for a graded metric."
+        "predictor what a correct run needs, that the task LM follows them (a small model that ignores "
+        'advice may copy a worked example: a hint_fn returning the output itself, with hint_delivery="demo"), '
+        "or lower fix_threshold for a graded metric."
     )
     if attributed == 0 and reflected == 0:
         return hard
