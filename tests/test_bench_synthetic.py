@@ -256,3 +256,10 @@ def test_a_demonstration_of_a_correct_output_on_a_case_with_the_defect_repairs_h
     alone = repaired([])
     assert alone < repaired([good]) < len(cases)  # some, not all: a demonstration teaches by analogy
     assert repaired([broken]) == alone  # a demonstration of the broken output teaches nothing
+
+
+def test_the_timeline_splits_the_wall_by_what_was_in_flight():
+    from benchmarks.synthetic.timeline import busy
+
+    calls = [(0, 1, "task", ""), (0.5, 2, "task", ""), (2, 3, "prompt", "gradient"), (4, 5, "task", "")]
+    assert busy(calls) == {"task": 3.0, "prompt only": 1.0, "idle": 1.0, "mean task calls in flight": 0.7}
