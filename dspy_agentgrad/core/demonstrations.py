@@ -39,7 +39,7 @@ def added_demos(current: list[Demo], records: Iterable[AttributionRecord], max_d
     for record in records:
         demo = demo_of(record)
         if demo is None or any(
-            _same_inputs(demo, other, record.inputs) or _same_outputs(demo, other, record.corrected) for other in kept
+            _same_values(demo, other, record.inputs) or _same_values(demo, other, record.corrected) for other in kept
         ):
             continue
         kept.append(demo)
@@ -64,9 +64,6 @@ def pooled(clusters: list[Cluster]) -> list[Cluster]:
     return out
 
 
-def _same_inputs(demo: Demo, other: Demo, inputs: dict) -> bool:
-    return all(other.get(name) == demo[name] for name in inputs)
-
-
-def _same_outputs(demo: Demo, other: Demo, outputs: dict) -> bool:
-    return all(other.get(name) == demo[name] for name in outputs)
+def _same_values(demo: Demo, other: Demo, fields: dict) -> bool:
+    """Whether ``other`` shows what ``demo`` shows in every one of ``fields`` (its inputs, or its outputs)."""
+    return all(other.get(name) == demo[name] for name in fields)

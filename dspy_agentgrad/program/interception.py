@@ -42,7 +42,7 @@ from dspy.signatures.signature import ensure_signature
 from ..runtime.budget import Budget, TaskCapReached, task_ticket
 from ..runtime.jsonable import digest, to_jsonable
 from ..runtime.usage import empty_usage, track
-from .hints import REASONING_MARKERS
+from .hints import answer_fields
 from .program_state import ProgramState, as_examples
 from .runs import Step
 
@@ -164,11 +164,13 @@ def hint_outputs(signature: type[dspy.Signature], hint: str) -> dict[str, Any] |
         parsed = None
     if isinstance(parsed, dict) and parsed and set(parsed) <= set(signature.output_fields):
         return parsed
-    answers = [name for name in signature.output_fields if not any(m in name.lower() for m in REASONING_MARKERS)]
+    answers = list(answer_fields(signature.output_fields))
     return {answers[0]: hint} if len(answers) == 1 else None
 
 
-def hinted_call(signature: type[dspy.Signature], instruction: str, hint: str, delivery: str, kwargs: dict, demos=()):
+def hinted_call(
+    signature: type[dspy.Signature], instruction: str, hint: str, delivery: str, kwargs: dict, demos: Iterable = ()
+):
     """The signature and inputs of a hinted call.
 
     ``input_field`` passes the hint as an extra input field next to the step's inputs (the way
