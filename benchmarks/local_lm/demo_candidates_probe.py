@@ -1,11 +1,13 @@
 """Do the main job's demonstration candidates generalize? Each one scored on more held-out examples than the job has.
 
-Run:  python -m benchmarks.local_lm.demo_candidates_probe SUMMARY [--n 24] [--tag NAME]
+Run:  python -m benchmarks.local_lm.demo_candidates_probe SUMMARY [SUMMARY ...] [--n 24] [--tag NAME]
+      [--predictor NAME]
 
-SUMMARY is a ``summary.json`` the demo job wrote (``python -m dspy_agentgrad demo``). The probe rebuilds that run's
-data (same sizes and seed) with ``--n`` held-out examples instead of the job's few; the first of them are the job's
-own held-out examples. It scores the unoptimized program and, for every demonstration candidate the job judged, the
-program with that candidate's demonstrations alone, and writes ``demo_candidates_probe_<tag>.json``: per-example
+SUMMARY is a ``summary.json`` the demo job wrote (``python -m dspy_agentgrad demo``); several must share a seed and
+sizes (runs of different versions on the same data). The probe rebuilds that data with ``--n`` held-out examples
+instead of the job's few; the first of them are the job's own held-out examples. It scores the unoptimized program
+and, for every demonstration candidate the jobs judged (of ``--predictor`` only, if given), the program with that
+candidate's demonstrations alone, and writes ``demo_candidates_probe_<tag>.json``: per-example
 scores, the mean, and the wins and losses against the unoptimized program. The job keeps the DSPy cache in memory
 only, so a step whose prompt did not change is not generated twice.
 """
@@ -34,19 +36,31 @@ def scores(demos: dict[str, list[dict]], examples: list[dspy.Example]) -> list[f
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("summary", type=Path)
+    parser.add_argument("summary", type=Path, nargs="+")
     parser.add_argument("--n", type=int, default=24, help="held-out examples (the job's come first)")
     parser.add_argument("--tag", default="probe", help="suffix of the output file name")
+    parser.add_argument("--predictor", default=None, help="score only this predictor's candidates")
     args = parser.parse_args()
-    summary = json.loads(args.summary.read_text())
+    summaries = {path: json.loads(path.read_text()) for path in args.summary}
+    runs = {
+        (s["sizes"]["train"], s["sizes"]["val"], s["sizes"]["test"], s["settings"]["seed"]) for s in summaries.values()
+    }
+    if len(runs) != 1:
+        parser.error(f"the summaries must share sizes and seed; they hold {sorted(runs)}")
+    summary = next(iter(summaries.values()))
     sizes, seed = summary["sizes"], summary["settings"]["seed"]
     _, _, held_out = load_demo_data(sizes["train"], sizes["val"], args.n, seed)
     dspy.configure_cache(enable_disk_cache=False, enable_memory_cache=True)
     conditions = {"unoptimized": {}}
-    for c in summary["candidates"]:
-        if c.get("kind") == "demos" and c.get("demos"):
+    for path, run in summaries.items():
+        for c in run["candidates"]:
+            shown = {c["predictor"]: c.get("demos")}
+            if c.get("kind") != "demos" or not c.get("demos") or args.predictor not in (None, c["predictor"]):
+                continue
+            if shown in conditions.values():
+                continue  # another summary holds the same candidate
             label = f"round {c['round']} {c['predictor']} ({'kept' if c['accepted'] else 'rejected'})"
-            conditions[label] = {c["predictor"]: c["demos"]}
+            conditions[f"{path}: {label}" if len(summaries) > 1 else label] = shown
     rows = {}
     with dspy.context(lm=demo_lm()):
         for label, demos in conditions.items():
@@ -55,7 +69,7 @@ def main() -> None:
     base = rows["unoptimized"]
     job_n = sizes["test"]
     out = {
-        "summary": str(args.summary),
+        "summaries": [str(path) for path in args.summary],
         "seed": seed,
         "held_out": len(held_out),
         "job_held_out": job_n,
