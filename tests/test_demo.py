@@ -10,6 +10,7 @@ import pytest
 from dspy_agentgrad import AgentGrad
 from dspy_agentgrad.demo import task as demo_task
 from dspy_agentgrad.demo.job import DemoSettings, run_demo
+from dspy_agentgrad.demo.story import report
 from dspy_agentgrad.testing import FakeCall, fake_lm
 
 TOKEN = "Reply with only the words that answer the question."
@@ -85,6 +86,12 @@ def test_demo_keeps_demonstrations_a_reader_follows(tmp_path, capsys):
     assert kept and kept[0]["kind"] == "demos" and kept[0]["predictor"] == "answer"
     assert summary["final_demos"]["answer"] and summary["final_instructions"] == summary["initial_instructions"]
     assert "answer, demonstrations, cluster of" in printed and "demonstration(s) from its pseudo-labels" in printed
+    test = summary["test_score"]
+    rose = sum(a > b for a, b in zip(test["per_example"]["optimized"], test["per_example"]["baseline"]))
+    assert len(test["per_example"]["baseline"]) == 8 and test["wins"] == rose > 0 and test["losses"] == 0
+    assert f"higher on {rose}, lower on 0" in printed and "cannot tell it from chance" not in printed
+    noisy = report({**summary, "test_score": {**test, "within_noise": True}})
+    assert "under two standard errors: 8 examples cannot tell it from chance" in noisy
 
 
 def test_demo_picture_is_written(tmp_path):
@@ -109,6 +116,7 @@ def test_unchanged_program_is_reported_with_the_reason(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert not summary["candidates"] and summary["test_score"]["gain"] == 0
     assert "the program is unchanged" in printed and "every failure was a hard case" in printed
+    assert "the same on all 4 examples" in printed and not summary["test_score"]["within_noise"]
 
 
 def test_failures_are_blamed_on_the_step_that_caused_them():
@@ -150,7 +158,6 @@ def test_demo_data_is_disjoint_and_seeded():
 
 def test_a_run_served_entirely_from_the_cache_says_so(tmp_path, capsys):
     """A warm DSPy cache must not pass for a run: the summary says nothing was generated."""
-    from dspy_agentgrad.demo.story import report
 
     lm = fake_lm(make_reader([e for split in demo_task.load_demo_data(4, 4, 4) for e in split]))
     summary = run_demo(lm, lm, DemoSettings(n_train=4, n_val=4, n_test=4, max_metric_calls=40), out=tmp_path)

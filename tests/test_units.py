@@ -20,6 +20,7 @@ from dspy_agentgrad.core.clustering import (
 )
 from dspy_agentgrad.core.engine import BatchSampler
 from dspy_agentgrad.program.prompt_text import input_values, instructions, output_fields
+from dspy_agentgrad.reporting.paired import PairedChange
 from dspy_agentgrad.runtime.budget import Budget, BudgetExhausted
 from dspy_agentgrad.runtime.paid_work import PaidWork
 from dspy_agentgrad.runtime.retries import RetryPolicy, error_kind, is_transient
@@ -186,3 +187,18 @@ def test_prompt_text_reads_back_what_the_chat_adapter_wrote():
     assert dict(output_fields(system))["score"] == "list[int]"
     assert instructions(system) == "Answer briefly."
     assert input_values(user) == {"question": "Who?"}
+
+
+def test_a_change_on_one_example_of_many_is_within_noise_and_a_steady_one_is_not():
+    before = [0.2] * 24
+    one_jump = PairedChange.of(before, [1.0] + [0.2] * 23)
+    assert (one_jump.wins, one_jump.losses, one_jump.ties) == (1, 0, 23)
+    assert one_jump.gain == pytest.approx(0.8 / 24) and one_jump.within_noise()
+    steady = PairedChange.of(before, [0.3] * 24)
+    assert steady.gain == pytest.approx(0.1) and steady.wins == 24 and not steady.within_noise()
+    mixed = PairedChange.of([0.0, 1.0, 0.5, 0.5], [1.0, 0.0, 0.5, 0.6])
+    assert (mixed.wins, mixed.losses, mixed.ties) == (2, 1, 1) and mixed.within_noise()
+    unchanged = PairedChange.of(before, before)
+    assert unchanged.gain == 0 and not unchanged.within_noise()
+    with pytest.raises(ValueError, match="same examples"):
+        PairedChange.of([0.1, 0.2], [0.3])

@@ -22,6 +22,7 @@ from pathlib import Path
 import dspy
 
 from dspy_agentgrad.demo.task import demo_lm, load_demo_data, make_program, metric
+from dspy_agentgrad.reporting.paired import PairedChange
 
 HERE = Path(__file__).resolve().parent
 
@@ -32,6 +33,20 @@ def scores(demos: dict[str, list[dict]], examples: list[dspy.Example]) -> list[f
     for name, shown in demos.items():
         getattr(program, name).demos = [dspy.Example(**d) for d in shown]
     return [metric(ex, program(**ex.inputs())).score for ex in examples]
+
+
+def condition_row(s: list[float], base: list[float], job_n: int) -> dict:
+    """One condition's means (all, the job's held-out, the others) and its change against ``base``."""
+    change = PairedChange.of(base, s)
+    return {
+        "mean": round(sum(s) / len(s), 3),
+        "mean_on_the_jobs_held_out": round(sum(s[:job_n]) / job_n, 3),
+        "mean_on_the_others": round(sum(s[job_n:]) / max(len(s) - job_n, 1), 3),
+        "wins": change.wins,
+        "losses": change.losses,
+        "standard_error": None if change.standard_error is None else round(change.standard_error, 4),
+        "scores": s,
+    }
 
 
 def main() -> None:
@@ -73,17 +88,7 @@ def main() -> None:
         "seed": seed,
         "held_out": len(held_out),
         "job_held_out": job_n,
-        "conditions": {
-            label: {
-                "mean": round(sum(s) / len(s), 3),
-                "mean_on_the_jobs_held_out": round(sum(s[:job_n]) / job_n, 3),
-                "mean_on_the_others": round(sum(s[job_n:]) / max(len(s) - job_n, 1), 3),
-                "wins": sum(a > b for a, b in zip(s, base)),
-                "losses": sum(a < b for a, b in zip(s, base)),
-                "scores": s,
-            }
-            for label, s in rows.items()
-        },
+        "conditions": {label: condition_row(s, base, job_n) for label, s in rows.items()},
         "cpu_s": round(sum(resource.getrusage(resource.RUSAGE_SELF)[:2]), 1),
     }
     (HERE / f"demo_candidates_probe_{args.tag}.json").write_text(json.dumps(out, indent=2))

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import dspy
 
-from dspy_agentgrad.demo.job import evaluate
+from dspy_agentgrad.demo.job import evaluate, mean
 from dspy_agentgrad.demo.task import demo_lm, load_demo_data, make_program, metric
 
 HERE = Path(__file__).resolve().parent
@@ -38,7 +38,7 @@ def run_seed(seed: int, trials: int, candidates: int) -> dict:
     start = time.time()
     with dspy.context(lm=lm):
         program = make_program()
-        baseline, _ = evaluate(program, held_out, num_threads=1)
+        baseline = mean(evaluate(program, held_out, num_threads=1)[0])
         compiling = time.time()
         optimizer = dspy.MIPROv2(
             counted,
@@ -53,7 +53,7 @@ def run_seed(seed: int, trials: int, candidates: int) -> dict:
         )
         optimized = optimizer.compile(program, trainset=train, valset=val, num_trials=trials, minibatch=False)
         optimizer_wall = time.time() - compiling
-        after, _ = evaluate(optimized, held_out, num_threads=1)
+        after = mean(evaluate(optimized, held_out, num_threads=1)[0])
     return {
         "held_out": [baseline, after],
         "validation_best": getattr(optimized, "score", None),

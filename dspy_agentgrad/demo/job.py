@@ -24,6 +24,7 @@ from ..config import VAL_ACCEPTANCE
 from ..core.events import AgentGradCallback, AttributionDone, ValidationScored
 from ..embedded_lm.grammar import OutputLimits
 from ..program.interception import HINT_DELIVERIES
+from ..reporting.paired import PairedChange
 from ..runtime.jsonable import to_jsonable
 from ..runtime.usage import track
 from ..teleprompter import AgentGrad
@@ -94,8 +95,8 @@ class RunLog(AgentGradCallback):
         ]
 
 
-def evaluate(program: dspy.Module, examples: list[dspy.Example], num_threads: int) -> tuple[float, dict]:
-    """Mean metric score (0..1) on ``examples`` and the task-LM usage it took."""
+def evaluate(program: dspy.Module, examples: list[dspy.Example], num_threads: int) -> tuple[list[float], dict]:
+    """Metric score (0..1) of each of ``examples``, in order, and the task-LM usage it took."""
     with track() as usage:
         result = dspy.Evaluate(
             devset=examples,
@@ -104,7 +105,12 @@ def evaluate(program: dspy.Module, examples: list[dspy.Example], num_threads: in
             display_progress=True,
             provide_traceback=False,
         )(program)
-    return result.score / 100.0, usage
+    return [float(score) for _, _, score in result.results], usage
+
+
+def mean(scores: list[float]) -> float:
+    """The mean of per-example scores, to four places (0 for none)."""
+    return round(sum(scores) / len(scores), 4) if scores else 0.0
 
 
 def _engine_count(counter: str, *lms: Any) -> int | None:
@@ -166,13 +172,23 @@ def run_demo(
         optimized, optimized_usage = evaluate(compiled, test, settings.num_threads)
     generations_after = _engine_count("calls", task_lm, prompt_lm)
     repaired_after = _engine_count("repaired", task_lm, prompt_lm)
+    change = PairedChange.of(baseline, optimized)
     summary = {
         "task": "two-step fact extraction (demo_task): locate -> answer, token F1",
         "task_lm": getattr(task_lm, "model", str(task_lm)),
         "prompt_lm": getattr(prompt_lm, "model", str(prompt_lm)),
         "settings": to_jsonable(asdict(settings)),
         "sizes": {"train": len(train), "val": len(val), "test": len(test)},
-        "test_score": {"baseline": baseline, "optimized": optimized, "gain": optimized - baseline},
+        "test_score": {
+            "baseline": mean(baseline),
+            "optimized": mean(optimized),
+            "gain": round(change.gain, 4),
+            "wins": change.wins,
+            "losses": change.losses,
+            "standard_error": None if change.standard_error is None else round(change.standard_error, 4),
+            "within_noise": change.within_noise(),
+            "per_example": {"baseline": baseline, "optimized": optimized},
+        },
         "val_score": {"initial": result.initial_val_score, "best": result.best_val_score},
         "rounds": [to_jsonable(vars(r)) for r in result.rounds],
         "blamed": to_jsonable(log.blamed),

@@ -25,6 +25,28 @@ def _score(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
 
 
+def _held_out_lines(test: dict, n: int) -> list[str]:
+    """The held-out result and, example by example, how many rose and fell and whether that is within noise."""
+    line = (
+        f"Held-out score (token F1, {n} examples): {test['baseline']:.3f} -> {test['optimized']:.3f} "
+        f"({test['gain']:+.3f}"
+    )
+    if "wins" not in test:  # a summary written before per-example scores were kept
+        return [line + ")"]
+    if test["wins"] + test["losses"] == 0:
+        return [line + f"; the same on all {n} examples)"]
+    line += f"; higher on {test['wins']}, lower on {test['losses']}"
+    if test["standard_error"] is not None:
+        line += f"; standard error {test['standard_error']:.3f}"
+    lines = [line + ")"]
+    if test["within_noise"]:
+        lines += [
+            f"  The change is under two standard errors: {n} examples cannot tell it from chance.",
+            "  More held-out examples (--test) tell more; see benchmarks/local_lm/demo_job.md, section 8.",
+        ]
+    return lines
+
+
 def report(summary: dict) -> str:
     """The demo's closing text: what the run changed and what it cost, for a person at the terminal."""
     test, val, sizes = summary["test_score"], summary["val_score"], summary["sizes"]
@@ -33,8 +55,7 @@ def report(summary: dict) -> str:
     lines = [
         "",
         "=" * 78,
-        f"Held-out score (token F1, {sizes['test']} examples): {test['baseline']:.3f} -> {test['optimized']:.3f} "
-        f"({test['gain']:+.3f})",
+        *_held_out_lines(test, sizes["test"]),
         f"Validation score ({sizes['val']} examples): {val['initial']:.3f} -> {val['best']:.3f}",
         f"Time: {summary['wall_time_s']:.0f} s wall, {summary['cpu_time_s']:.0f} s CPU; "
         f"metric calls {summary['metric_calls']} (budget {summary['settings']['max_metric_calls']}); "
