@@ -12,6 +12,7 @@ from typing import Any
 
 from benchmarks.presets import gepa_variant
 from benchmarks.speed import speed_table
+from dspy_agentgrad.reporting.paired import PairedChange
 
 PRETTY = {
     "hotpotqa": "HotpotQA",
@@ -65,8 +66,10 @@ def _pct(x: float | None) -> str:
     return "–" if x is None else f"{100 * x:.2f}"
 
 
-def _gain(x: float | None) -> str:
-    return "–" if x is None else f"{100 * x:+.2f}"
+def _gain(x: float | None, se: float | None = None) -> str:
+    if x is None:
+        return "–"
+    return f"{100 * x:+.2f}" + ("" if se is None else f" ± {100 * se:.2f}")
 
 
 def lm_label(results: dict) -> str:
@@ -128,12 +131,45 @@ def detail_table(group: dict[str, dict[str, dict]]) -> str:
 
             lines.append(
                 f"| {PRETTY.get(bench, bench)} | {OPT_PRETTY.get(name, name)} | {_pct(e.get('test_score'))} | "
-                f"{_gain(e.get('gain')) if name != 'baseline' else '–'} | {_pct(e.get('val_score'))} | "
+                f"{_gain(e.get('gain'), e.get('gain_se')) if name != 'baseline' else '–'} | "
+                f"{_pct(e.get('val_score'))} | "
                 f"{e.get('metric_calls', '–')} ({budget if budget is not None else '–'}) | "
                 f"{tok(task)} | {tok(prompt)} | "
                 f"{e.get('wall_time_s', 0):.1f} |"
             )
     return "\n".join(lines)
+
+
+def head_to_head(group: dict[str, dict[str, dict]], ours: str = "agentgrad") -> str:
+    """``ours`` against every other optimizer, example by example on the same test examples: the difference in
+    points, its standard error, and on how many examples it scored higher and lower ("" when no pair kept its
+    per-example scores)."""
+    lines = []
+    for bench in [b for b in PRETTY if b in group] + sorted(b for b in group if b not in PRETTY):
+        mine = (group[bench].get(ours) or {}).get("test_scores")
+        for name in order_optimizers(group[bench]):
+            theirs = group[bench][name].get("test_scores")
+            if name == ours or mine is None or theirs is None or len(mine) != len(theirs):
+                continue
+            change = PairedChange.of(theirs, mine)
+            if change.wins + change.losses == 0:
+                verdict = "no difference"
+            elif change.within_noise():
+                verdict = "within noise (under two standard errors)"
+            else:
+                verdict = "beyond two standard errors"
+            lines.append(
+                f"| {PRETTY.get(bench, bench)} | {OPT_PRETTY.get(name, name)} | "
+                f"{_gain(change.gain, change.standard_error)} | {change.wins} / {change.losses} / {change.ties} | "
+                f"{verdict} |"
+            )
+    if not lines:
+        return ""
+    head = (
+        f"| Benchmark | {OPT_PRETTY.get(ours, ours)} against | Difference (points ± s.e.) | "
+        "Examples higher / lower / same | |"
+    )
+    return "\n".join([head, "|---|---|---|---|---|", *lines])
 
 
 def markdown_report(results_list: list[dict]) -> str:
@@ -149,9 +185,14 @@ def markdown_report(results_list: list[dict]) -> str:
             "",
             "### Details",
             "",
+            "Gain ± one standard error of the per-example difference from the baseline on the same test examples.",
+            "",
             detail_table(group),
             "",
         ]
+        pairs = head_to_head(group)
+        if pairs:
+            out += ["### Head to head, example by example", "", pairs, ""]
     notes = []
     for results in results_list:
         cfg = results.get("config", {})

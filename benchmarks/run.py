@@ -30,6 +30,7 @@ from benchmarks.presets import PAPER, PRESETS, gepa_variant, merge_options, opti
 from benchmarks.registry import BENCHMARKS, PAPER_SIZES, load_benchmark
 from benchmarks.report import markdown_report, plot_curves, write_json
 from benchmarks.transfer import TARGETS, load_target
+from dspy_agentgrad.reporting.paired import PairedChange
 
 logger = logging.getLogger("benchmarks.run")
 
@@ -325,7 +326,7 @@ def run_benchmark(bench_name: str, args, optimizers: list[str], results: dict, o
                 options=options,
                 extra_lms=extra_lms,
             )
-            test_score, test_calls, _ = evaluate_program(
+            test_score, test_calls, test_scores = evaluate_program(
                 run.program, bench.testset, bench.metric, task_lm=task_lm, num_threads=args.num_threads
             )
         except Exception as exc:  # keep what finished; a rerun resumes here
@@ -338,7 +339,7 @@ def run_benchmark(bench_name: str, args, optimizers: list[str], results: dict, o
             write_json(out / RESULTS_FILE, results)
             continue
         entry = run.to_dict()
-        entry.update(status="done", test_score=test_score, test_metric_calls=test_calls)
+        entry.update(status="done", test_score=test_score, test_metric_calls=test_calls, test_scores=test_scores)
         programs = out / "programs" / bench_name
         programs.mkdir(parents=True, exist_ok=True)
         run.program.save(str(programs / f"{name}.json"))
@@ -391,11 +392,18 @@ def _evaluate_transfer(target, block: dict, programs: Path, task_lm, num_threads
 
 
 def _update_gains(entries: dict) -> None:
+    """Each finished optimizer's test gain over the baseline, and its paired standard error when both runs kept
+    their per-example scores on the same test examples."""
     base = entries.get("baseline", {})
-    base_test = base.get("test_score") if base.get("status") == "done" else None
+    done = base.get("status") == "done"
+    base_test = base.get("test_score") if done else None
+    base_scores = base.get("test_scores") if done else None
     for entry in entries.values():
         if entry.get("status") == "done":
             entry["gain"] = None if base_test is None else entry["test_score"] - base_test
+            scores = entry.get("test_scores")
+            paired = base_scores is not None and scores is not None and len(scores) == len(base_scores)
+            entry["gain_se"] = PairedChange.of(base_scores, scores).standard_error if paired else None
 
 
 def _block(results: dict, bench: str) -> dict:

@@ -75,16 +75,27 @@ def test_outputs_exist_and_hold_the_comparison(hotpot_out):
             "final_answer.predict",
         }
         assert entry["wall_time_s"] >= 0 and entry["test_metric_calls"] == 6
+        assert len(entry["test_scores"]) == 6 and sum(entry["test_scores"]) / 6 == pytest.approx(entry["test_score"])
         assert (hotpot_out / "programs" / "hotpotqa" / f"{name}.json").exists()
         if name != "baseline":
             assert entry["gain"] > 0 and entry["curve"], name
             assert entry["metric_calls"] <= 60 + 12, name
             assert entry["usage"]["prompt"]["calls"] > 0, name
+            assert entry["gain_se"] is not None and entry["gain_se"] >= 0, name
     assert (hotpot_out / "cache" / "hotpotqa" / "gepa").is_dir()  # one cache dir per optimizer
     md = (hotpot_out / "results.md").read_text()
     assert "| Optimizer | HotpotQA | Avg gain |" in md
     assert "| AgentGrad |" in md and "| GEPA |" in md and "| MIPROv2 |" in md and "| Baseline |" in md
     assert "corpus = pooled" in md
+    # head to head, example by example: AgentGrad against each other optimizer on the same 6 test examples
+    section = md.split("### Head to head, example by example")[1].split("\n\n")[1]
+    pairs = [line for line in section.splitlines() if line.startswith("| HotpotQA | ")]
+    assert [line.split(" | ")[1] for line in pairs] == ["Baseline", "MIPROv2", "GEPA"]
+    for line, name in zip(pairs, ["baseline", "miprov2", "gepa"]):
+        higher, lower, same = (int(n) for n in line.split(" | ")[3].split(" / "))
+        mine, theirs = entries["agentgrad"]["test_scores"], entries[name]["test_scores"]
+        assert (higher, lower) == (sum(a > b for a, b in zip(mine, theirs)), sum(a < b for a, b in zip(mine, theirs)))
+        assert higher + lower + same == 6
     assert (hotpot_out / "val_curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
