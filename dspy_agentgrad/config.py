@@ -141,12 +141,15 @@ class AgentGradConfig:
         """The config for ``AgentGrad(...)``'s keyword options, not yet validated.
 
         An unknown name raises the TypeError a call with a wrong keyword raises; sequences become
-        tuples (they are part of the run's fingerprint); ``num_threads=None`` means the default.
+        tuples (they are part of the run's fingerprint); ``num_threads=None`` means the default;
+        ``max_metric_calls`` or ``max_full_evals`` without ``auto`` turns the default ``auto`` off.
         """
         preset = options.get("preset")
         if preset is not None and preset not in PRESETS:
             raise ValueError(f"preset must be one of {sorted(PRESETS)} or None; got {preset!r}")
         options = {**PRESETS.get(preset or "", {}), **options}  # an option passed explicitly wins
+        if "auto" not in options and any(options.get(n) is not None for n in ("max_metric_calls", "max_full_evals")):
+            options["auto"] = None  # a budget in calls replaces the default preset, as in dspy.GEPA(max_metric_calls=N)
         known = {f.name for f in fields(cls)}
         for name in options:
             if name not in known:

@@ -363,6 +363,10 @@ def test_bad_inputs_get_clear_errors(world):
         AgentGrad(metric, auto="fast")
     with pytest.raises(ValueError, match="pass auto=None"):
         AgentGrad(metric, auto="light", max_metric_calls=100)
+    # a budget in calls alone replaces the default preset, as dspy.GEPA(max_metric_calls=N) reads
+    assert AgentGrad(metric, max_metric_calls=100).config.auto is None
+    assert AgentGrad(metric, max_full_evals=2).config.auto is None
+    assert AgentGrad(metric, max_rounds=2).config.auto == "light"  # a round cap still runs under the preset
     with pytest.raises(ValueError, match="no budget"):
         AgentGrad(metric, auto=None)
     with pytest.raises(ValueError, match="num_threads"):
