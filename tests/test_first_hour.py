@@ -171,7 +171,7 @@ def test_an_option_given_under_both_names_is_a_clear_error():
     with pytest.raises(ValueError, match="max_metric_calls and max_full_evals both set the budget"):
         AgentGrad(feedback_metric, auto=None, max_metric_calls=100, max_full_evals=2)
     with pytest.raises(ValueError, match="pass auto=None to use max_full_evals"):
-        AgentGrad(feedback_metric, max_full_evals=2)
+        AgentGrad(feedback_metric, auto="light", max_full_evals=2)
     with pytest.raises(ValueError, match="max_full_evals must be an integer >= 1"):
         AgentGrad(feedback_metric, auto=None, max_full_evals=0)
 
