@@ -62,6 +62,11 @@ def order_optimizers(names: Iterable[str]) -> list[str]:
     return known + sorted(n for n in names if n not in OPT_ORDER)
 
 
+def ordered_benches(group: dict[str, dict[str, dict]]) -> list[str]:
+    """The benchmarks of ``group`` in the paper's order, then any others by name."""
+    return [b for b in PRETTY if b in group] + sorted(b for b in group if b not in PRETTY)
+
+
 def _pct(x: float | None) -> str:
     return "–" if x is None else f"{100 * x:.2f}"
 
@@ -91,7 +96,7 @@ def merge_results(files: Iterable[dict]) -> dict[str, dict[str, dict[str, dict]]
 
 def score_table(group: dict[str, dict[str, dict]]) -> str:
     """Rows: optimizers; columns: benchmarks (test score, gain over baseline), average gain."""
-    benches = [b for b in PRETTY if b in group] + sorted(b for b in group if b not in PRETTY)
+    benches = ordered_benches(group)
     names = order_optimizers(n for b in benches for n in group[b])
     head = "| Optimizer | " + " | ".join(PRETTY.get(b, b) for b in benches) + " | Avg gain |"
     lines = [head, "|" + "---|" * (len(benches) + 2)]
@@ -119,7 +124,7 @@ def detail_table(group: dict[str, dict[str, dict]]) -> str:
         "Prompt LM calls / tokens | Wall time (s) |"
     )
     lines = [head, "|" + "---|" * 9]
-    for bench in [b for b in PRETTY if b in group] + sorted(b for b in group if b not in PRETTY):
+    for bench in ordered_benches(group):
         for name in order_optimizers(group[bench]):
             e = group[bench][name]
             usage = e.get("usage", {})
@@ -145,7 +150,7 @@ def head_to_head(group: dict[str, dict[str, dict]], ours: str = "agentgrad") -> 
     points, its standard error, and on how many examples it scored higher and lower ("" when no pair kept its
     per-example scores)."""
     lines = []
-    for bench in [b for b in PRETTY if b in group] + sorted(b for b in group if b not in PRETTY):
+    for bench in ordered_benches(group):
         mine = (group[bench].get(ours) or {}).get("test_scores")
         for name in order_optimizers(group[bench]):
             theirs = group[bench][name].get("test_scores")

@@ -7,9 +7,9 @@ SUMMARY is a ``summary.json`` the demo job wrote (``python -m dspy_agentgrad dem
 sizes (runs of different versions on the same data). The probe rebuilds that data with ``--n`` held-out examples
 instead of the job's few; the first of them are the job's own held-out examples. It scores the unoptimized program
 and, for every demonstration candidate the jobs judged (of ``--predictor`` only, if given), the program with that
-candidate's demonstrations alone, and writes ``demo_candidates_probe_<tag>.json``: per-example
-scores, the mean, and the wins and losses against the unoptimized program. The job keeps the DSPy cache in memory
-only, so a step whose prompt did not change is not generated twice.
+candidate's demonstrations alone, and writes ``demo_candidates_probe_<tag>.json``: per-example scores, the mean,
+and the change against the unoptimized program (gain, wins, losses, standard error). The job keeps the DSPy cache
+in memory only, so a step whose prompt did not change is not generated twice.
 """
 
 from __future__ import annotations
@@ -37,14 +37,11 @@ def scores(demos: dict[str, list[dict]], examples: list[dspy.Example]) -> list[f
 
 def condition_row(s: list[float], base: list[float], job_n: int) -> dict:
     """One condition's means (all, the job's held-out, the others) and its change against ``base``."""
-    change = PairedChange.of(base, s)
     return {
         "mean": round(sum(s) / len(s), 3),
         "mean_on_the_jobs_held_out": round(sum(s[:job_n]) / job_n, 3),
         "mean_on_the_others": round(sum(s[job_n:]) / max(len(s) - job_n, 1), 3),
-        "wins": change.wins,
-        "losses": change.losses,
-        "standard_error": None if change.standard_error is None else round(change.standard_error, 4),
+        **PairedChange.of(base, s).as_dict(),
         "scores": s,
     }
 

@@ -185,11 +185,7 @@ def run_demo(
         "test_score": {
             "baseline": mean(baseline),
             "optimized": mean(optimized),
-            "gain": round(change.gain, 4),
-            "wins": change.wins,
-            "losses": change.losses,
-            "standard_error": None if change.standard_error is None else round(change.standard_error, 4),
-            "within_noise": change.within_noise(),
+            **change.as_dict(),
             "per_example": {"baseline": baseline, "optimized": optimized},
         },
         "val_score": {"initial": result.initial_val_score, "best": result.best_val_score},

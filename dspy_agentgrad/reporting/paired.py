@@ -47,3 +47,13 @@ class PairedChange:
         if self.wins + self.losses == 0 or self.standard_error is None:
             return False
         return abs(self.gain) < 2 * self.standard_error
+
+    def as_dict(self, places: int = 4) -> dict:
+        """What a results file keeps: the gain and standard error rounded to ``places``, the counts, the verdict."""
+        return {
+            "gain": round(self.gain, places),
+            "wins": self.wins,
+            "losses": self.losses,
+            "standard_error": None if self.standard_error is None else round(self.standard_error, places),
+            "within_noise": self.within_noise(),
+        }
