@@ -84,9 +84,11 @@ def main(argv: list[str] | None = None) -> None:
     parser = _parser()
     args, rest = parser.parse_known_args(argv)
     if args.command == "demo":
-        from .demo.job import main as demo_main
+        from .demo.supervisor import run_supervised
 
-        demo_main(["demo", *rest])
+        code = run_supervised(rest)
+        if code:
+            raise SystemExit(code)
         return
     if rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")

@@ -246,6 +246,12 @@ def main(argv: list[str] | None = None) -> None:
         choices=list(VAL_ACCEPTANCE),
         help="when a candidate's validation score is good enough to keep it (AgentGrad's val_acceptance)",
     )
+    demo.add_argument(
+        "--extra-buffers",
+        default="auto",
+        choices=["auto", "on", "off"],
+        help="llama.cpp's extra CPU buffer types (AMX, repacked weights); auto: off where the CPU has AMX",
+    )
     demo.add_argument("--seed", type=int, default=defaults.seed)
     demo.add_argument("--threads", type=int, default=defaults.num_threads)
     demo.add_argument("--out", type=Path, default=Path("runs/demo"))
@@ -257,14 +263,17 @@ def main(argv: list[str] | None = None) -> None:
     # nothing; the job keeps the cache in memory only, so repeated calls within this run still reuse it.
     dspy.configure_cache(enable_disk_cache=False, enable_memory_cache=True)
     print("DSPy's cache: in memory for this run only (nothing is replayed from an earlier run)")
+    extra_buffers = {"auto": None, "on": True, "off": False}[args.extra_buffers]
     task_lm = (
-        demo_task.demo_lm(limits=OutputLimits(str_chars=args.str_chars)) if args.lm == "local" else dspy.LM(args.lm)
+        demo_task.demo_lm(limits=OutputLimits(str_chars=args.str_chars), extra_buffers=extra_buffers)
+        if args.lm == "local"
+        else dspy.LM(args.lm)
     )
     prompt_name = args.prompt_lm or args.lm
     if prompt_name == args.lm:
         prompt_lm = task_lm
     else:
-        prompt_lm = demo_task.demo_lm() if prompt_name == "local" else dspy.LM(prompt_name)
+        prompt_lm = demo_task.demo_lm(extra_buffers=extra_buffers) if prompt_name == "local" else dspy.LM(prompt_name)
     settings = DemoSettings(
         n_train=args.train,
         n_val=args.val,

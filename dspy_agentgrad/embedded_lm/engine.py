@@ -40,6 +40,7 @@ from typing import Any
 import dspy
 from dspy.lm15 import Message, Response, TextPart, Usage
 
+from .cpu import use_extra_buffers
 from .grammar import GRAMMAR_VERSION, OutputLimits, OutputPlan, plan_for_messages
 
 __all__ = ["MODELS", "DEFAULT_MODEL", "LlamaCppEngine", "local_lm", "model_path", "available_models"]
@@ -241,11 +242,27 @@ class _GrammarFirst:
 
 
 def _llama_class() -> type:
-    """``llama_cpp.Llama`` with the grammar-first sampler for greedy constrained decoding."""
+    """``llama_cpp.Llama`` with the grammar-first sampler for greedy constrained decoding, and a
+    ``use_extra_bufts`` keyword that llama-cpp-python does not offer (see :mod:`.cpu`)."""
     from llama_cpp import Llama, _internals
     from llama_cpp import llama_cpp as lib
 
     class FastGrammarLlama(Llama):
+        def __init__(self, *args: Any, use_extra_bufts: bool = True, **kwargs: Any):
+            self._use_extra_bufts = use_extra_bufts
+            super().__init__(*args, **kwargs)
+
+        # Llama.__init__ builds its llama_model_params from llama.cpp's defaults, sets the fields it has
+        # keywords for, and loads the model with them; this setter sees the struct as it is created.
+        @property
+        def model_params(self) -> Any:
+            return self._model_params
+
+        @model_params.setter
+        def model_params(self, params: Any) -> None:
+            params.use_extra_bufts = self._use_extra_bufts
+            self._model_params = params
+
         def _init_sampler(self, *args: Any, **kwargs: Any):
             grammar = kwargs.get("grammar")
             if grammar is None or kwargs.get("temp", 0.8) != 0.0 or kwargs.get("logits_processor") is not None:
@@ -373,6 +390,9 @@ class LlamaCppEngine:
             ``llama_cpp.Llama`` keyword can be passed through ``llama_settings``.
         repeat_penalty: llama.cpp repeat penalty (1.0 = off: extractive answers
             must be free to copy words from the prompt).
+        extra_buffers: let llama.cpp repack the weights into its extra CPU buffer
+            types (AMX and others). None (default) decides from the CPU: off where it
+            advertises AMX, whose kernels crash on virtualized CPUs (:mod:`.cpu`).
     """
 
     def __init__(
@@ -388,9 +408,11 @@ class LlamaCppEngine:
         seed: int = 0,
         repeat_penalty: float = 1.0,
         contexts: int = 4,
+        extra_buffers: bool | None = None,
         **llama_settings: Any,
     ):
         self.model = model
+        self.extra_buffers = extra_buffers
         self.constrained = constrained
         self.limits = limits or OutputLimits()
         self.max_tokens = max_tokens
@@ -425,10 +447,15 @@ class LlamaCppEngine:
         return f"local/{base}{'' if self.constrained else '-free'}-{digest}"
 
     # -------------------------------------------------------------- llama.cpp
+    def llama_settings(self) -> dict[str, Any]:
+        """The keywords the model is loaded with: the load settings and the CPU-dependent buffer choice."""
+        extra = use_extra_buffers() if self.extra_buffers is None else self.extra_buffers
+        return {**self.load_settings, "use_extra_bufts": extra}
+
     def loaded(self) -> _Loaded:
         """The process-wide loaded model for this engine's settings."""
         info = MODELS.get(self.model)
-        return _load(model_path(self.model), self.load_settings, info.chat_template if info else None, self.contexts)
+        return _load(model_path(self.model), self.llama_settings(), info.chat_template if info else None, self.contexts)
 
     def _grammar(self, gbnf: str) -> Any:
         with self._grammar_lock:
@@ -515,6 +542,7 @@ class LlamaCppEngine:
             "max_tokens": self.max_tokens,
             "repeat_penalty": self.repeat_penalty,
             "contexts": self.contexts,
+            "extra_buffers": self.extra_buffers,
             "load_settings": self.load_settings,
         }
 
@@ -528,6 +556,7 @@ class LlamaCppEngine:
             max_tokens=state.get("max_tokens", 512),
             repeat_penalty=state.get("repeat_penalty", 1.0),
             contexts=state.get("contexts", 1),
+            extra_buffers=state.get("extra_buffers"),
             **settings,
         )
 
@@ -546,8 +575,8 @@ def local_lm(
 
     ``local_lm()`` gives the default model (:data:`DEFAULT_MODEL`). The model is
     loaded lazily on the first call, once per process. ``llama_settings`` go to
-    :class:`LlamaCppEngine` (``n_ctx``, ``n_threads``, ``seed``, ``repeat_penalty``
-    or any ``llama_cpp.Llama`` keyword). Temperature 0 by default: outputs are
+    :class:`LlamaCppEngine` (``n_ctx``, ``n_threads``, ``seed``, ``repeat_penalty``,
+    ``extra_buffers`` or any ``llama_cpp.Llama`` keyword). Temperature 0 by default: outputs are
     deterministic and DSPy's cache is valid across runs. Raises ImportError, naming the extra to
     install, when llama-cpp-python or the model's package is missing.
     """
