@@ -2,7 +2,7 @@
 
 Every attributed failure carries what no dataset has: the inputs one step got and the output a
 hint got from it. A rewrite turns that into advice; a demonstration shows it. Small models
-follow demonstrations far more readily than instructions (benchmarks/local_lm/demo_job.md), and a
+follow demonstrations far more readily than instructions (experiments/main_job/demo_job.md), and a
 demonstration needs no prompt LM to write.
 
 A pseudo-label whose hinted fix copied a value the hint revealed and the step's inputs do not
@@ -11,7 +11,7 @@ would teach the step to answer with something it cannot see.
 
 A predictor's demonstrations come from all of its clusters of the round, one per cluster in turn
 (:func:`pooled`): a cluster holds alike pseudo-labels, and a small model shown alike cases copies
-their answer into other questions (benchmarks/local_lm/demo_job.md, section 7).
+their answer into other questions (experiments/main_job/demo_job.md, section 7).
 """
 
 from __future__ import annotations

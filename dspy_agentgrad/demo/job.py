@@ -35,13 +35,13 @@ from .story import report
 
 @dataclass(frozen=True)
 class DemoSettings:
-    """The job's choices; the defaults were picked by measurement (benchmarks/local_lm/demo_job.md)."""
+    """The job's choices; the defaults were picked by measurement (experiments/main_job/demo_job.md)."""
 
     n_train: int = 8
     n_val: int = 12
     # 48 held-out examples, not 24: on 24 the kept candidates' real effect (about +.04 on 72 examples) is under one
     # standard error. The size was chosen after seeing seeds 0-2, then checked on fresh seeds 6-8 by a rule written
-    # down first; the slowest run took 150 s of the 3 minutes (benchmarks/local_lm/demo_job.md, section 9).
+    # down first; the slowest run took 150 s of the 3 minutes (experiments/main_job/demo_job.md, section 9).
     n_test: int = 48
     max_metric_calls: int = 70
     max_rounds: int = 1
@@ -57,7 +57,7 @@ class DemoSettings:
     max_demos: int = 3
     # Six validation examples: one example moves the mean by up to 1/6, and on seed 0 (12 validation or 12
     # training examples) the demonstration kept under "strict" owed its whole gain to one example
-    # (benchmarks/local_lm/demo_job.md, section 6). "robust" asks the gain to survive leaving that example out.
+    # (experiments/main_job/demo_job.md, section 6). "robust" asks the gain to survive leaving that example out.
     val_acceptance: str = "robust"
 
 

@@ -42,7 +42,7 @@ def _held_out_lines(test: dict, n: int) -> list[str]:
     if test["within_noise"]:
         lines += [
             f"  The change is under two standard errors: {n} examples cannot tell it from chance.",
-            "  More held-out examples (--test) tell more; see benchmarks/local_lm/demo_job.md, sections 8-9.",
+            "  More held-out examples (--test) tell more; see docs/main-job.md.",
         ]
     return lines
 

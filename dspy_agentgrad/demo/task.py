@@ -259,7 +259,7 @@ def make_program() -> dspy.Module:
     return LocateThenAnswer()
 
 
-# Grammar bound of str fields, in characters. Measured (benchmarks/local_lm/demo_job.md): at 80
+# Grammar bound of str fields, in characters. Measured (experiments/main_job/demo_job.md): at 80
 # characters (a gold sentence is at most 55) the model's habit of copying the passage start was cut
 # mid-sentence, partial credit fell (0.135 -> 0.067 on 6 examples) and no failure of the job's
 # training batch could be attributed; completion tokens fell only 15%. 300 leaves the optimizer's
@@ -353,5 +353,5 @@ def hint(example: dspy.Example, pred_name: str, prediction: Any, feedback: str |
 def demo_hint(example: dspy.Example, pred_name: str, prediction: Any, feedback: str | None) -> str | None:
     """:func:`expected_output` itself, for a hint shown as a worked example of the call (``hint_delivery="demo"``):
     the step is shown its own inputs with this output. SmolLM2-135M copies a demonstration far more often than it
-    follows a hint's advice (benchmarks/local_lm/demo_job.md, section 7)."""
+    follows a hint's advice (experiments/main_job/demo_job.md, section 7)."""
     return expected_output(example, pred_name, prediction)

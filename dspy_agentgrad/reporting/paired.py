@@ -2,7 +2,7 @@
 
 Why: a held-out set of a couple of dozen examples moves by more than a typical prompt change's true effect. On the
 main job's task, demonstrations that raise 72 held-out examples by .04 show a fall on the job's 24 on some seeds
-(benchmarks/local_lm/demo_job.md, sections 8-9). A reader should see that from the printed result, not from a probe.
+(experiments/main_job/demo_job.md, sections 8-9). A reader should see that from the printed result, not from a probe.
 """
 
 from __future__ import annotations
