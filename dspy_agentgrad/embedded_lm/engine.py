@@ -41,6 +41,7 @@ import dspy
 from dspy.lm15 import Message, Response, TextPart, Usage
 
 from .cpu import use_extra_buffers
+from .drafting import ReplyDraft
 from .grammar import GRAMMAR_VERSION, OutputLimits, OutputPlan, plan_for_messages
 
 __all__ = ["MODELS", "DEFAULT_MODEL", "LlamaCppEngine", "local_lm", "model_path", "available_models"]
@@ -250,7 +251,21 @@ def _llama_class() -> type:
     class FastGrammarLlama(Llama):
         def __init__(self, *args: Any, use_extra_bufts: bool = True, **kwargs: Any):
             self._use_extra_bufts = use_extra_bufts
-            super().__init__(*args, **kwargs)
+            logits_all = bool(kwargs.pop("logits_all", False))
+            # With a draft model llama-cpp-python keeps a row of logits per context position and asks llama.cpp
+            # for the logits of every position of every batch, the prompt's too; here only while a draft is
+            # checked (see _logits_all below).
+            super().__init__(*args, logits_all=logits_all or kwargs.get("draft_model") is not None, **kwargs)
+            self._all_logits = logits_all
+
+        @property
+        def _logits_all(self) -> bool:
+            draft = self.__dict__.get("draft_model")
+            return self.__dict__.get("_all_logits", False) or bool(getattr(draft, "verifying", False))
+
+        @_logits_all.setter
+        def _logits_all(self, value: bool) -> None:
+            self._all_logits = value
 
         # Llama.__init__ builds its llama_model_params from llama.cpp's defaults, sets the fields it has
         # keywords for, and loads the model with them; this setter sees the struct as it is created.
@@ -360,7 +375,9 @@ def _load(
             start = time.perf_counter()
 
             def make() -> Any:
-                return _llama_class()(model_path=path, verbose=False, **settings, **extra)
+                drafts = {"draft_model": ReplyDraft()} if settings.get("drafts") else {}
+                load = {k: v for k, v in settings.items() if k != "drafts"}
+                return _llama_class()(model_path=path, verbose=False, **load, **drafts, **extra)
 
             llama = make()
             loaded = _LOADED[key] = _Loaded(llama, time.perf_counter() - start, make, contexts)
@@ -393,6 +410,8 @@ class LlamaCppEngine:
         extra_buffers: let llama.cpp repack the weights into its extra CPU buffer
             types (AMX and others). None (default) decides from the CPU: off where it
             advertises AMX, whose kernels crash on virtualized CPUs (:mod:`.cpu`).
+        drafts: speculative decoding with drafts from the reply format and from the
+            prompt, checked by the model (:mod:`.drafting`); False decodes token by token.
     """
 
     def __init__(
@@ -409,10 +428,12 @@ class LlamaCppEngine:
         repeat_penalty: float = 1.0,
         contexts: int = 4,
         extra_buffers: bool | None = None,
+        drafts: bool = True,
         **llama_settings: Any,
     ):
         self.model = model
         self.extra_buffers = extra_buffers
+        self.drafts = drafts
         self.constrained = constrained
         self.limits = limits or OutputLimits()
         self.max_tokens = max_tokens
@@ -450,7 +471,7 @@ class LlamaCppEngine:
     def llama_settings(self) -> dict[str, Any]:
         """The keywords the model is loaded with: the load settings and the CPU-dependent buffer choice."""
         extra = use_extra_buffers() if self.extra_buffers is None else self.extra_buffers
-        return {**self.load_settings, "use_extra_bufts": extra}
+        return {**self.load_settings, "use_extra_bufts": extra, "drafts": self.drafts}
 
     def loaded(self) -> _Loaded:
         """The process-wide loaded model for this engine's settings."""
@@ -494,6 +515,7 @@ class LlamaCppEngine:
         plan = self.plan(system)
         if plan is not None:
             kwargs["grammar"] = self._grammar(plan.gbnf())
+            kwargs["stop"] += plan.forced_tail_stops()
             max_tokens = min(max_tokens, plan.max_tokens())
         elif cfg.response_format:
             kwargs["response_format"] = dict(cfg.response_format)
@@ -501,6 +523,8 @@ class LlamaCppEngine:
         with loaded.lock:  # a llama.cpp context serves one generation at a time
             try:
                 llama = loaded.context_for(system)
+                if isinstance(llama.draft_model, ReplyDraft):
+                    llama.draft_model.begin(llama, plan)
                 out = llama.create_chat_completion(messages=messages, max_tokens=max_tokens, **kwargs)
             except ValueError as exc:
                 if "context window" in str(exc):
@@ -511,9 +535,10 @@ class LlamaCppEngine:
         text = choice["message"]["content"] or ""
         finish = "length" if choice.get("finish_reason") == "length" else "stop"
         if plan is not None and not plan.matches(text):
-            text = plan.repair(text)
-            with self._grammar_lock:
-                self.repaired += 1
+            text = plan.repair(text)  # closes a reply stopped where its rest is forced, or cut at max_tokens
+            if finish == "length":
+                with self._grammar_lock:
+                    self.repaired += 1
         usage = out.get("usage") or {}
         return Response(
             id=out.get("id"),
@@ -543,6 +568,7 @@ class LlamaCppEngine:
             "repeat_penalty": self.repeat_penalty,
             "contexts": self.contexts,
             "extra_buffers": self.extra_buffers,
+            "drafts": self.drafts,
             "load_settings": self.load_settings,
         }
 
@@ -557,6 +583,7 @@ class LlamaCppEngine:
             repeat_penalty=state.get("repeat_penalty", 1.0),
             contexts=state.get("contexts", 1),
             extra_buffers=state.get("extra_buffers"),
+            drafts=state.get("drafts", True),
             **settings,
         )
 

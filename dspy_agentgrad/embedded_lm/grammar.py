@@ -242,6 +242,18 @@ class OutputPlan:
             root = "root ::= " + " ".join(parts)
         return "\n".join([root, *lines, *b.rules.values()]) + "\n"
 
+    def forced_tail_stops(self) -> list[str]:
+        """Stop strings that end generation where the rest of the reply is forced by the grammar.
+
+        In the chat format a value never holds "[[", a blank line, or a line that starts with "[", so after the
+        last value the first blank line or "\n[" can only open ``[[ ## completed ## ]]``, and "[[ ## completed"
+        can only be that header. Generating those forced tokens one by one (about 7 per call, a sixth of what
+        the main job generates) changes nothing the adapter parses: :meth:`repair` writes the same closing.
+        """
+        if self.format != "chat":
+            return []
+        return ["\n\n", "\n["] if len(self.fields) == 1 else [CHAT_MARK[:-6]]
+
     def max_tokens(self) -> int:
         """The most tokens this plan's fields can take: the generation cap for the call."""
         return self.limits.tokens_for(self.fields)
