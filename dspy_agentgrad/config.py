@@ -8,9 +8,9 @@ from typing import Any
 
 from .identity import check_resume_despite
 from .program.executor import check_executor
-from .program.objectives import check_guards
 from .program.hints import PLACEBOS
 from .program.interception import HINT_DELIVERIES
+from .program.objectives import check_guards
 
 #: Candidates per preset, as dspy.GEPA's ``AUTO_RUN_SETTINGS``: equal ``auto`` means equal budgets.
 AUTO_CANDIDATES = {"light": 6, "medium": 12, "heavy": 18}

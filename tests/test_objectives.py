@@ -10,7 +10,7 @@ import dspy
 import pytest
 from world import Pipeline, World, make_data, world_lm
 
-from dspy_agentgrad import AgentGrad, MetricError
+from dspy_agentgrad import AgentGrad, MetricError, write_report
 from dspy_agentgrad.program.metric import Metric
 from dspy_agentgrad.program.objectives import guard_violations, objective_means
 from dspy_agentgrad.program.runs import Outcome
@@ -34,9 +34,11 @@ def two_objectives(gold, pred, trace=None, pred_name=None, pred_trace=None):
 
 def compile_with(tmp_path=None, **options):
     dspy.configure(lm=world_lm(World()))
-    return AgentGrad(two_objectives, log_dir=tmp_path, **{**FAST, **options}).compile(
-        Pipeline(), trainset=TRAIN, valset=VAL
-    ).detailed_results
+    return (
+        AgentGrad(two_objectives, log_dir=tmp_path, **{**FAST, **options})
+        .compile(Pipeline(), trainset=TRAIN, valset=VAL)
+        .detailed_results
+    )
 
 
 def test_objectives_are_recorded_per_candidate_and_shown_in_result_json_and_md(tmp_path):
@@ -49,6 +51,25 @@ def test_objectives_are_recorded_per_candidate_and_shown_in_result_json_and_md(t
     assert result.val_objectives["best"]["correct"] == pytest.approx(result.best_val_score)
     md = (tmp_path / "result.md").read_text()
     assert "objective private (validation mean): 0.3333 -> " in md
+    html = write_report(tmp_path).read_text()
+    assert "objective private (validation mean): 0.3333 &rarr; " in html
+
+
+def test_objectives_go_to_mlflow_as_final_metrics(tmp_path, monkeypatch):
+    mlflow = pytest.importorskip("mlflow")
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    previous = mlflow.get_tracking_uri()
+    mlflow.set_tracking_uri((tmp_path / "mlruns").as_uri())
+    mlflow.set_experiment("objectives")
+    try:
+        result = compile_with(use_mlflow=True)
+        client = mlflow.tracking.MlflowClient()
+        [run] = client.search_runs([client.get_experiment_by_name("objectives").experiment_id])
+    finally:
+        mlflow.set_tracking_uri(previous)
+    metrics = run.data.metrics
+    assert metrics["objective.private.initial"] == pytest.approx(1 / 3)
+    assert metrics["objective.private.best"] == pytest.approx(result.val_objectives["best"]["private"])
 
 
 def test_without_a_guard_the_extractor_fix_is_kept_and_the_private_objective_falls():

@@ -89,7 +89,9 @@ def test_a_metric_that_hangs_scores_failure_score_after_one_retry():
             RELEASE.wait(120)
         return feedback_metric(gold, pred)
 
-    runner = ProgramRunner(Pipeline(), Metric(slow_on_id3), world_lm(World()), failure_score=0.25, metric_timeout_s=TIMEOUT)
+    runner = ProgramRunner(
+        Pipeline(), Metric(slow_on_id3), world_lm(World()), failure_score=0.25, metric_timeout_s=TIMEOUT
+    )
     outcome = runner.run(TRAIN[3], _instructions())
     assert outcome.error == TIMEOUT_METRIC and outcome.score == 0.25
     assert calls.count(TRAIN[3].question) == 2
@@ -99,8 +101,14 @@ def test_a_metric_that_hangs_scores_failure_score_after_one_retry():
 def test_a_round_with_a_hung_tool_ends_counts_the_timeout_and_a_resume_does_not_wait_again(tmp_path):
     dspy.configure(lm=world_lm(World()))
     options = dict(
-        auto=None, max_rounds=1, progress=False, retry_backoff_s=0, train_batch_size=20, num_threads=4,
-        run_timeout_s=TIMEOUT, log_dir=tmp_path,
+        auto=None,
+        max_rounds=1,
+        progress=False,
+        retry_backoff_s=0,
+        train_batch_size=20,
+        num_threads=4,
+        run_timeout_s=TIMEOUT,
+        log_dir=tmp_path,
     )
     started = time.perf_counter()
     first = AgentGrad(feedback_metric, **options).compile(HangingTool(), trainset=TRAIN, valset=VAL)

@@ -35,8 +35,8 @@ from ..runtime.paid_work import PaidWork
 from ..runtime.parallel import parallel_map
 from ..runtime.store import Memo
 from ..runtime.usage import UsageLedger
-from .program_state import ProgramState
 from .executor import Runs
+from .program_state import ProgramState
 from .runner import check_first_runs
 from .runs import Execution, Outcome, Reference, Step
 

@@ -97,7 +97,7 @@ class RayExecutor:
             return ray
         env = self.runtime_env
         if env is None:
-            env = {"env_vars": {"PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}}
+            env = {"env_vars": {"PYTHONPATH": os.pathsep.join(os.path.abspath(p or ".") for p in sys.path)}}
         if self.address is not None:
             ray.init(address=self.address, runtime_env=env, **self.init_kwargs)
             return ray

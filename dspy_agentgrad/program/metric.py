@@ -6,8 +6,9 @@ program run is scored) by name, each only when the metric takes it (by that name
 through ``**kwargs``). So ``metric(example, pred)``, ``metric(example, pred, trace=None)``,
 GEPA's ``metric(gold, pred, trace, pred_name, pred_trace)`` and
 ``metric(gold, pred, trace=None, **kwargs)`` all work. The result may be a number, a bool
-(numpy's included), or anything with a ``score`` (a ``dspy.Prediction(score=..., feedback=...)`` or a dict), optionally with ``objective_scores``
-(:mod:`.objectives`). An ``async def`` metric is awaited (:mod:`.awaiting`).
+(numpy's included), or anything with a ``score`` (a ``dspy.Prediction(score=..., feedback=...)`` or a dict),
+optionally with ``objective_scores`` (:mod:`.objectives`). An ``async def`` metric is awaited
+(:mod:`.awaiting`).
 """
 
 from __future__ import annotations

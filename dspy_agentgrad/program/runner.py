@@ -42,8 +42,6 @@ def _is_async(program: dspy.Module) -> bool:
     return getattr(type(program), "forward", None) is None and getattr(type(program), "aforward", None) is not None
 
 
-
-
 def check_first_runs(outcomes: list[Outcome]) -> None:
     """Stop when every one of the program's first runs failed the same way, for a cause no rewrite can fix:
     an error of the program's own, a forward() returning None, a metric that raises, an LM that refuses."""
@@ -234,7 +232,14 @@ class ProgramRunner:
         same = known is not None and known.error is None and outputs == known.outputs
         if same and faithful(prediction):  # values shown by str() alone may print alike and differ: scored
             return Outcome(
-                known.score, known.feedback, None, steps, outputs, total_usage, attempts, scored=False,
+                known.score,
+                known.feedback,
+                None,
+                steps,
+                outputs,
+                total_usage,
+                attempts,
+                scored=False,
                 objectives=dict(known.objectives),
             )
         attempt = timeouts = 0

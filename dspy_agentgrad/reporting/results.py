@@ -251,10 +251,10 @@ class AgentGradResult:
             return None
         return why_unchanged([asdict(r) for r in self.rounds], [asdict(c) for c in self.candidates], self.stop_reason)
 
-    def _objective_lines(self) -> list[str]:
-        """One line per objective the metric reports: its validation mean, starting -> best program."""
+    def objective_changes(self) -> list[tuple[str, float, float]]:
+        """(objective, starting program's validation mean, best program's) for each objective the metric reports."""
         initial, best = self.val_objectives.get("initial", {}), self.val_objectives.get("best", {})
-        return [f"- objective {name} (validation mean): {initial.get(name, 0.0):.4f} -> {v:.4f}" for name, v in best.items()]
+        return [(name, initial.get(name, 0.0), value) for name, value in best.items()]
 
     def to_markdown(self) -> str:
         """The run as Markdown (``result.md``): scores, rounds, candidates, final instructions."""
@@ -268,7 +268,7 @@ class AgentGradResult:
             + (f"; {self.reused_runs} more runs reused an earlier run's score" if self.reused_runs else ""),
             f"- rounds: {len(self.rounds)}; stop: {self.stop_reason}; wall time: {self.wall_time_s:.1f} s"
             + (f" over {len(self.segments)} segments (resumed)" if len(self.segments) > 1 else ""),
-            *self._objective_lines(),
+            *(f"- objective {n} (validation mean): {a:.4f} -> {b:.4f}" for n, a, b in self.objective_changes()),
             *([f"- unchanged: {unchanged}"] if unchanged else []),
             f"- paid over all segments: {self.paid.get('metric_calls', self.metric_calls)} metric calls; "
             f"task LM {self.paid.get('task', {})}; prompt LM {self.paid.get('prompt', {})}",
