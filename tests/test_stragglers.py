@@ -11,7 +11,7 @@ import dspy
 import pytest
 from world import Pipeline, World, feedback_metric, make_data, world_lm
 
-from dspy_agentgrad import AgentGrad
+from dspy_agentgrad import AgentGrad, FirstRunsFailed
 from dspy_agentgrad.program.evaluation import Evaluator
 from dspy_agentgrad.program.metric import Metric
 from dspy_agentgrad.program.runner import TIMEOUT_METRIC, TIMEOUT_RUN, ProgramRunner
@@ -126,6 +126,19 @@ def test_a_round_with_a_hung_tool_ends_counts_the_timeout_and_a_resume_does_not_
     assert time.perf_counter() - started < TIMEOUT + MARGIN
     assert again.detailed_results.program_errors == result.program_errors
     assert again.detailed_results.final_instructions == result.final_instructions
+
+
+def test_a_limit_every_first_run_exceeds_stops_the_run_saying_which_option_to_raise():
+    dspy.configure(lm=world_lm(World()))
+    everything_hangs = [  # the tool hangs on every question about id7
+        dspy.Example(question=f"id7 kind=none v{j}", answer="ans-id7").with_inputs("question") for j in range(3)
+    ]
+    with pytest.raises(
+        FirstRunsFailed, match=r"each of its first 3 runs went past its time limit twice.*run_timeout_s"
+    ):
+        AgentGrad(feedback_metric, auto=None, max_rounds=1, progress=False, run_timeout_s=TIMEOUT).compile(
+            HangingTool(), trainset=TRAIN[:4], valset=everything_hangs
+        )
 
 
 def test_time_limits_must_be_positive_numbers():

@@ -65,6 +65,12 @@ def check_first_runs(outcomes: list[Outcome]) -> None:
             "prediction, trace=None) and must return a score; as it is, every run scores failure_score and "
             "nothing can be learned"
         )
+    if family == "timeout":
+        option = "run_timeout_s" if kind == TIMEOUT_RUN else "metric_timeout_s"
+        raise FirstRunsFailed(
+            f"{runs} went past its time limit twice: {detail}. Raise {option} above the time a run needs, "
+            "or find what hangs (a tool, a retriever, the LM server)"
+        )
     fix = setup_fix(name)
     if family == "error" and fix is not None:
         raise FirstRunsFailed(
@@ -182,12 +188,8 @@ class ProgramRunner:
                 raise control.capped
             for key in total_usage:
                 total_usage[key] += usage[key]
-            if isinstance(error, CallTimeout):
-                timeouts += 1
-                if timeouts < TIMEOUT_ATTEMPTS:
-                    continue  # abandoned: tried once more at once
-            elif error is not None and retry_here(error) and attempt < self.retry.attempts:
-                self.retry.wait(attempt, error)
+            timeouts += isinstance(error, CallTimeout)
+            if error is not None and self._try_again(error, attempt, timeouts):
                 continue
             if track_usage and error is None and hasattr(prediction, "set_lm_usage"):
                 prediction.set_lm_usage(per_lm)  # what DSPy attaches under track_usage, from this run's own tracker
@@ -262,12 +264,8 @@ class ProgramRunner:
                 return Outcome(
                     result.score, feedback, None, steps, outputs, total_usage, attempts, objectives=result.objectives
                 )
-            if isinstance(error, CallTimeout):
-                timeouts += 1
-                if timeouts < TIMEOUT_ATTEMPTS:
-                    continue
-            elif retry_here(error) and attempt < self.retry.attempts:
-                self.retry.wait(attempt, error)
+            timeouts += isinstance(error, CallTimeout)
+            if self._try_again(error, attempt, timeouts):
                 continue
             if isinstance(error, CallTimeout):
                 kind = TIMEOUT_METRIC
@@ -276,6 +274,16 @@ class ProgramRunner:
                 kind = "metric:" + type(error).__name__
             feedback = self.redact(f"The metric failed: {kind}: {error}")
             return Outcome(self.failure_score, feedback, kind, steps, outputs, total_usage, attempts)
+
+    def _try_again(self, error: BaseException, attempt: int, timeouts: int) -> bool:
+        """Whether to try a failed call again: one past its time limit once, at once (``timeouts``: how many of
+        the tries so far were); a transient error after a backoff, while ``retry_attempts`` allows."""
+        if isinstance(error, CallTimeout):
+            return timeouts < TIMEOUT_ATTEMPTS
+        if retry_here(error) and attempt < self.retry.attempts:
+            self.retry.wait(attempt, error)
+            return True
+        return False
 
     def _log_metric_error(self, error: BaseException) -> None:
         with self._lock:
