@@ -152,17 +152,10 @@ class RayRuns:
         self._execute = self.ray.remote(**options)(_remote_execute)
         self._score = self.ray.remote(**options)(_remote_score)
 
-    def execute(
-        self,
-        example: dspy.Example,
-        instructions: Mapping[str, str],
-        *,
-        hints: dict[str, str] | None = None,
-        replay: Iterable[Step] = (),
-        reference: Reference | None = None,
-    ) -> Execution:
-        task = self._execute.remote([self._runner], example, instructions, hints, list(replay), reference)
-        return self.ray.get(task)
+    def execute(self, example: dspy.Example, instructions: Mapping[str, str], **plan: Any) -> Execution:
+        """:meth:`ProgramRunner.execute` on a worker (``plan``: its hints, replay and reference)."""
+        plan["replay"] = list(plan.get("replay", ()))  # an iterator would not travel
+        return self.ray.get(self._execute.remote([self._runner], example, instructions, plan))
 
     def score(self, example: dspy.Example, execution: Execution, reference: Reference | None = None) -> Outcome:
         return self.ray.get(self._score.remote([self._runner], example, execution, reference))
@@ -171,6 +164,8 @@ class RayRuns:
 # ---- the worker side -------------------------------------------------------------------------------------
 
 _WORKER_RUNNERS: dict[str, tuple[ProgramRunner, dict[str, Any]]] = {}
+#: Runners a worker process keeps unpickled (one per compile that used it lately).
+WORKER_RUNNERS_KEPT = 4
 
 
 def _worker_runner(boxed: list[Any]) -> tuple[ProgramRunner, dict[str, Any]]:
@@ -180,14 +175,16 @@ def _worker_runner(boxed: list[Any]) -> tuple[ProgramRunner, dict[str, Any]]:
     ref = boxed[0]
     key = ref.hex()
     if key not in _WORKER_RUNNERS:
+        while len(_WORKER_RUNNERS) >= WORKER_RUNNERS_KEPT:
+            _WORKER_RUNNERS.pop(next(iter(_WORKER_RUNNERS)))  # the oldest compile's
         _WORKER_RUNNERS[key] = ray.get(ref)
     return _WORKER_RUNNERS[key]
 
 
-def _remote_execute(boxed, example, instructions, hints, replay, reference) -> Execution:
+def _remote_execute(boxed, example, instructions, plan) -> Execution:
     runner, settings = _worker_runner(boxed)
     with dspy.context(**settings):
-        execution = runner.execute(example, instructions, hints=hints, replay=replay, reference=reference)
+        execution = runner.execute(example, instructions, **plan)
     return portable(execution)
 
 
