@@ -10,13 +10,16 @@ with two runs in flight (``num_threads=2``): in two threads of this process, whe
 tool step go at a time, and as tasks on a local Ray cluster with two worker CPUs. A run of one thread is the
 reference. The three are interleaved ``--repeat`` times, in a rotating order; min and median runs per second
 are reported, and the median of each repeat's ratio of Ray to two threads (paired, so that a change in the
-machine's load between repeats cancels out). Needs the ``[ray]`` extra.
+machine's load between repeats cancels out), and for each setup the cores its tool steps kept busy (their CPU
+seconds over the wall time: near 1 at most for threads, whatever the thread count, up to 2 for two workers on an
+idle machine). Needs the ``[ray]`` extra.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import time
 
@@ -48,7 +51,9 @@ class ToolProgram(dspy.Module):
 
     def forward(self, question):
         query = self.plan(question=question).query
-        return dspy.Prediction(answer=str(count_primes(self.limit)), query=query)
+        started = time.thread_time()
+        answer = str(count_primes(self.limit))
+        return dspy.Prediction(answer=answer, query=query, tool_cpu_s=time.thread_time() - started)
 
 
 def plan_rule(call):
@@ -59,8 +64,9 @@ def metric(gold, pred, trace=None):
     return float(pred.answer == gold.answer)
 
 
-def measure(executor, threads: int, examples: list[dspy.Example]) -> float:
-    """Scored runs per second of one evaluation of ``examples`` (the executor's set-up excluded)."""
+def measure(executor, threads: int, examples: list[dspy.Example]) -> tuple[float, float]:
+    """Scored runs per second of one evaluation of ``examples`` (the executor's set-up excluded), and the cores
+    the tool steps kept busy on average (their CPU seconds over the wall time)."""
     program = ToolProgram()
     runner = ProgramRunner(program, Metric(metric), fake_lm(plan_rule))
     evaluator = Evaluator(executor_of(executor).runs(runner), Memo(), Budget(), UsageLedger(), num_threads=threads)
@@ -69,7 +75,7 @@ def measure(executor, threads: int, examples: list[dspy.Example]) -> float:
     outcomes = evaluator.evaluate(instructions, examples, "throughput")
     wall = time.perf_counter() - started
     assert all(o.error is None and o.score == 1.0 for o in outcomes), [o.feedback for o in outcomes]
-    return len(examples) / wall
+    return len(examples) / wall, sum(o.outputs["tool_cpu_s"] for o in outcomes) / wall
 
 
 def main() -> None:
@@ -97,22 +103,29 @@ def main() -> None:
 
     measure(ray_executor, 2, examples())  # warm-up: starts the cluster and its worker processes
     rates: dict[str, list[float]] = {name: [] for name in setups}
+    cores: dict[str, list[float]] = {name: [] for name in setups}
     names = list(setups)
     for repeat in range(args.repeat):
         for name in names[repeat % len(names) :] + names[: repeat % len(names)]:
             executor, threads = setups[name]
-            rates[name].append(measure(executor, threads, examples()))
+            rate, busy = measure(executor, threads, examples())
+            rates[name].append(rate)
+            cores[name].append(busy)
     ratios = [r / t for r, t in zip(rates["ray 2 workers"], rates["local 2 threads"])]
     summary = {
-        name: {"min": min(r), "median": statistics.median(r), "all": [round(x, 3) for x in r]}
+        name: {
+            "runs_per_s": {"min": min(r), "median": statistics.median(r), "all": [round(x, 3) for x in r]},
+            "tool_cores_busy_median": statistics.median(cores[name]),
+        }
         for name, r in rates.items()
     }
-    summary["ray / 2 threads, per repeat"] = {
+    summary["ray / 2 threads, per repeat (runs per s)"] = {
         "min": min(ratios),
         "median": statistics.median(ratios),
         "all": [round(x, 2) for x in ratios],
     }
     summary["settings"] = {"runs": args.runs, "repeat": args.repeat, "limit": args.limit, "tool_s": round(tool_s, 3)}
+    summary["machine"] = {"cpus": os.cpu_count(), "load_average": os.getloadavg()}
     print(json.dumps(summary, indent=2))
     if args.out:
         with open(args.out, "w") as handle:
