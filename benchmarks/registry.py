@@ -28,6 +28,8 @@ class Benchmark:
     lm_roles: dict[str, str] = field(default_factory=dict)
     #: Gives the benchmark its extra LMs ({role: lm}) before it runs.
     bind_lms: Callable[[dict[str, Any]], None] | None = None
+    #: Options the benchmark itself gives an optimizer (by name), under the run's own ``--options``.
+    optimizer_options: dict[str, dict] = field(default_factory=dict)
 
 
 BENCHMARKS = ("hotpotqa", "hover", "ifbench", "pupa", "math", "synthetic")

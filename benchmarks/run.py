@@ -291,7 +291,7 @@ def run_benchmark(bench_name: str, args, optimizers: list[str], results: dict, o
         block["status"] = "partial"  # optimizing for a transfer that cannot be evaluated would waste the budget
         return
     task_lm, prompt_lm, extra_lms = _lms(args, bench, also=target.examples if target else ())
-    options = settings["options"]
+    options = merge_options(bench.optimizer_options, settings["options"])
     entries = block["optimizers"]
     for index, name in enumerate(optimizers, 1):
         if entries.get(name, {}).get("status") == "done":

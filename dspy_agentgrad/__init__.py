@@ -21,6 +21,7 @@ from .core.events import (
     ValidationScored,
 )
 from .core.stoppers import RunStatus, ScoreThresholdStopper, TimeoutStopCondition
+from .program.executor import RayExecutor
 from .program.hints import Hint, default_hint
 from .program.metric import MetricError
 from .program.runner import ProgramBug
@@ -50,6 +51,7 @@ __all__ = [
     "LogDirBusy",
     "MetricError",
     "ProgramBug",
+    "RayExecutor",
     "RewriteRequest",
     "RoundEnd",
     "RoundRecord",

@@ -7,6 +7,7 @@ from typing import Any
 import dspy
 
 from .core.attribution import HintFn
+from .program.awaiting import resolved
 from .runtime.jsonable import UnstableValue, stable_jsonable
 
 
@@ -63,7 +64,7 @@ def checked_hint_fn(hint_fn: HintFn) -> HintFn:
     """``hint_fn`` with its result checked: a str, None, or an object with a str ``text`` (a Hint)."""
 
     def checked(*args: Any, **kwargs: Any) -> Any:
-        hint = hint_fn(*args, **kwargs)
+        hint = resolved(hint_fn(*args, **kwargs))  # an async hint_fn is awaited
         if hint is None or isinstance(hint, str) or isinstance(getattr(hint, "text", None), str):
             return hint
         raise TypeError(

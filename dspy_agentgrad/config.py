@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 from .identity import check_resume_despite
+from .program.executor import check_executor
 from .program.hints import PLACEBOS
 from .program.interception import HINT_DELIVERIES
+from .program.objectives import check_guards
 
 #: Candidates per preset, as dspy.GEPA's ``AUTO_RUN_SETTINGS``: equal ``auto`` means equal budgets.
 AUTO_CANDIDATES = {"light": 6, "medium": 12, "heavy": 18}
@@ -135,6 +137,10 @@ class AgentGradConfig:
     preset: str | None = None
     candidates: str = "instructions"
     max_demos: int = 3
+    run_timeout_s: float | None = None  # a program run past it is abandoned (a ``timeout`` error), tried once more
+    metric_timeout_s: float | None = None  # the same for a metric call
+    objective_guards: dict[str, float] | None = None  # objective -> how far its validation mean may fall
+    executor: Any = "local"  # where program runs and metric calls run: "local" threads, "ray", or an executor
 
     @classmethod
     def from_options(cls, **options: Any) -> AgentGradConfig:
@@ -224,12 +230,19 @@ class AgentGradConfig:
                 f"from pseudo-labels, or both); got {self.candidates!r}"
             )
         check_int("max_demos", self.max_demos, 1)
+        for name in ("run_timeout_s", "metric_timeout_s"):
+            check_number(name, getattr(self, name), 0, math.inf, low_open=True, optional=True)
+        self.objective_guards = check_guards(self.objective_guards)
+        check_executor(self.executor)
 
     def fingerprint(self) -> dict:
         """The options that change decisions (not threads, logging or stats)."""
-        data = asdict(self)
-        for key in ("num_threads", "track_stats", "retry_backoff_s", "resume_despite", "use_mlflow"):
+        data = asdict(replace(self, executor="local"))  # an executor object is no value to copy
+        for key in ("num_threads", "track_stats", "retry_backoff_s", "resume_despite", "use_mlflow", "executor"):
             data.pop(key)
+        for key in ("run_timeout_s", "metric_timeout_s", "objective_guards"):  # as before they existed, when unset
+            if data[key] is None:
+                data.pop(key)
         if self.candidates == "instructions":  # as before demonstrations existed: older runs still resume
             data.pop("candidates")
             data.pop("max_demos")

@@ -17,6 +17,7 @@ from .config import AgentGradConfig, worst_case_calls
 from .core.attribution import HintFn
 from .identity import check_lm
 from .program.evaluation import Evaluator
+from .program.executor import executor_of
 from .program.hints import default_hint
 from .program.metric import Metric
 from .program.runner import ProgramRunner
@@ -84,18 +85,21 @@ def run_parts(
     task, prompt = lms
     retry = RetryPolicy(config.retry_attempts, config.retry_backoff_s)
     memo, ledger = Memo(log_dir, run_id), UsageLedger()
+    runner = ProgramRunner(
+        student,
+        metric,
+        task,
+        retry,
+        config.hint_delivery,
+        config.max_score,
+        config.failure_score,
+        run_redactor(lms, student),
+        budget,
+        config.run_timeout_s,
+        config.metric_timeout_s,
+    )
     evaluator = Evaluator(
-        ProgramRunner(
-            student,
-            metric,
-            task,
-            retry,
-            config.hint_delivery,
-            config.max_score,
-            config.failure_score,
-            run_redactor(lms, student),
-            budget,
-        ),
+        executor_of(config.executor).runs(runner),
         memo,
         budget,
         ledger,

@@ -22,6 +22,10 @@ LM_ROLES = {
     "judge": "the LLM judge of quality and leakage (GEPA paper: GPT-4.1-mini)",
 }
 
+#: AgentGrad keeps no candidate whose privacy (1 - leakage) falls on validation: quality may not be bought with
+#: leaked PII.
+AGENTGRAD_OPTIONS = {"objective_guards": {"privacy": 0.0}}
+
 
 def load_benchmark(
     train: int = PAPER_SPLIT[0],
@@ -68,4 +72,5 @@ def load_benchmark(
         info,
         lm_roles=dict(LM_ROLES),
         bind_lms=bind_lms,
+        optimizer_options={"agentgrad": dict(AGENTGRAD_OPTIONS)},
     )

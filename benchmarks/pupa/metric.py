@@ -137,12 +137,17 @@ def module_feedback(gold, pred, judgement: Judgement, pred_name: str | None) -> 
 
 
 def make_metric(judge: PupaJudge):
-    """GEPA's 5-argument metric over ``judge``: ``dspy.Prediction(score, feedback)``, feedback for
-    ``pred_name``'s module when GEPA asks for one."""
+    """GEPA's 5-argument metric over ``judge``: ``dspy.Prediction(score, feedback, objective_scores)``, feedback
+    for ``pred_name``'s module when GEPA asks for one; the objectives are the score's two parts, ``quality`` and
+    ``privacy`` (1 - leakage)."""
 
     def pupa_score(gold, pred, trace=None, pred_name=None, pred_trace=None) -> dspy.Prediction:
         judgement = judge(gold, pred)
-        return dspy.Prediction(score=judgement.score, feedback=module_feedback(gold, pred, judgement, pred_name))
+        return dspy.Prediction(
+            score=judgement.score,
+            feedback=module_feedback(gold, pred, judgement, pred_name),
+            objective_scores={"quality": judgement.quality, "privacy": 1.0 - judgement.leakage},
+        )
 
     return pupa_score
 

@@ -16,6 +16,7 @@ import dspy
 
 from ..config import AgentGradConfig
 from ..program.evaluation import Evaluator
+from ..program.objectives import guard_violations, objective_means
 from ..program.runs import Outcome
 from ..runtime.budget import Budget, BudgetExhausted
 from .events import Dispatcher, ValidationScored
@@ -166,6 +167,8 @@ class Acceptance:
         if self.config.val_acceptance == "robust" and not gain_survives_dropping_best(outcomes, state.best_val_scores):
             record.reason = "its gain on validation rests on one example"
             return False
+        if self._guard_blocks(record, outcomes):
+            return False
         record.accepted, record.reason = (
             True,
             "gain on cluster and validation"
@@ -209,8 +212,20 @@ class Acceptance:
         total = self._validation_total(record, without, strict)
         if total is None or cannot_clear(total, self.state.best_val_total, strict):
             return False
-        self.state.set_best(self.evaluator.evaluate(without, self.valset, "validate"))  # all cached: free
+        outcomes = self.evaluator.evaluate(without, self.valset, "validate")  # all cached: free
+        if self._guard_blocks(record, outcomes):
+            return False
+        self.state.set_best(outcomes)
         return True
+
+    def _guard_blocks(self, record: CandidateRecord, outcomes: list[Outcome]) -> bool:
+        """Record the candidate's objectives on validation; True (with the reason) when a guarded one falls
+        below the best program's by more than its tolerance (``objective_guards``)."""
+        record.objectives = objective_means(o.objectives for o in outcomes)
+        fell = guard_violations(self.config.objective_guards, self.state.best_val_objectives, record.objectives)
+        if fell:
+            record.reason = "a guarded objective fell on validation: " + "; ".join(fell)
+        return bool(fell)
 
     def _validation_total(self, record: CandidateRecord, candidate: Mapping[str, str], strict: bool) -> Fraction | None:
         """``candidate``'s exact validation total, or None once it cannot clear the best program's (``strict``: pass

@@ -22,6 +22,7 @@ import dspy
 
 from ..config import AgentGradConfig
 from ..program.evaluation import Evaluator
+from ..program.objectives import check_guarded_objectives
 from ..program.program_state import ProgramState
 from ..program.runs import Outcome
 from ..roles.proposer import Proposer, format_fields
@@ -488,6 +489,8 @@ class RoundEngine:
     def _record_validation(self, outcomes: list[Outcome]) -> None:
         self.state.set_best(outcomes)
         self.state.initial_val_scores = list(self.state.best_val_scores)
+        self.state.initial_val_objectives = dict(self.state.best_val_objectives)
+        check_guarded_objectives(self.config.objective_guards, self.state.initial_val_objectives)
         self.state.val_labels = [example_label(e) for e in self.valset]
         self.state.initial_val_score = self.state.best_val_score
         self.state.val_history.append((len(self.valset), self.state.best_val_score))

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import dspy
 
+from ..program.objectives import objective_means
 from ..program.program_state import ProgramState
 from ..runtime.jsonable import to_jsonable
 
@@ -151,6 +152,7 @@ class CandidateRecord:
     validated_at: int | None = None  # metric calls when its validation pass ended (shared by a stack's winners)
     kind: str = "instructions"  # "instructions": a rewrite; "demos": demonstrations from pseudo-labels
     demos: list[dict] | None = None  # the predictor's added demonstrations under this candidate
+    objectives: dict[str, float] = field(default_factory=dict)  # validation mean per objective, when validated
 
 
 @dataclass
@@ -215,6 +217,8 @@ class RunState:
     val_labels: list[str] = field(default_factory=list)  # each validation example's label (example_label)
     blame: list[BlameRecord] = field(default_factory=list)  # every failure of every round and where it went
     best_val_total: Fraction = Fraction(0)  # exact, for acceptance decisions
+    best_val_objectives: dict[str, float] = field(default_factory=dict)  # validation mean per objective, best program
+    initial_val_objectives: dict[str, float] = field(default_factory=dict)  # the same, of the starting program
     initial_val_score: float | None = None
     rounds: list[RoundRecord] = field(default_factory=list)
     candidates: list[CandidateRecord] = field(default_factory=list)
@@ -232,6 +236,7 @@ class RunState:
         self.best_val_scores = [o.score for o in outcomes]
         self.best_val_total = exact_total(outcomes)
         self.best_val_score = float(self.best_val_total / len(outcomes)) if outcomes else 0.0
+        self.best_val_objectives = objective_means(o.objectives for o in outcomes)
 
     def rejected_rewrites(self, predictor: str) -> list[str]:
         """Rewrites of ``predictor`` judged and rejected so far (the rewrite role is shown the last few)."""

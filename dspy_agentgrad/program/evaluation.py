@@ -35,8 +35,9 @@ from ..runtime.paid_work import PaidWork
 from ..runtime.parallel import parallel_map
 from ..runtime.store import Memo
 from ..runtime.usage import UsageLedger
+from .executor import Runs
 from .program_state import ProgramState
-from .runner import ProgramRunner, check_first_runs
+from .runner import check_first_runs
 from .runs import Execution, Outcome, Reference, Step
 
 #: Earlier plain runs kept per example as candidate references.
@@ -87,7 +88,7 @@ class Evaluator:
 
     def __init__(
         self,
-        runner: ProgramRunner,
+        runner: Runs,
         memo: Memo,
         budget: Budget,
         ledger: UsageLedger,

@@ -340,3 +340,13 @@ def intercept(predictor: dspy.Predict, name: str, delivery: str) -> None:
     predictor._agentgrad_delivery = delivery
     predictor.forward = _intercepted_forward.__get__(predictor)
     predictor.aforward = _intercepted_aforward.__get__(predictor)
+
+
+def released(program: dspy.Module) -> dspy.Module:
+    """A copy of an intercepted ``program`` with its predictors' hooks taken off: what pickles (the hooks are
+    bound methods that pickle cannot name) and is intercepted again where it is unpickled."""
+    copy_ = program.deepcopy()
+    for _, predictor in copy_.named_predictors():
+        for attr in ("forward", "aforward", _NAME_ATTR, "_agentgrad_delivery"):
+            predictor.__dict__.pop(attr, None)
+    return copy_

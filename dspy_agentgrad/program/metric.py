@@ -6,7 +6,9 @@ program run is scored) by name, each only when the metric takes it (by that name
 through ``**kwargs``). So ``metric(example, pred)``, ``metric(example, pred, trace=None)``,
 GEPA's ``metric(gold, pred, trace, pred_name, pred_trace)`` and
 ``metric(gold, pred, trace=None, **kwargs)`` all work. The result may be a number, a bool
-(numpy's included), or anything with a ``score`` (a ``dspy.Prediction(score=..., feedback=...)`` or a dict).
+(numpy's included), or anything with a ``score`` (a ``dspy.Prediction(score=..., feedback=...)`` or a dict),
+optionally with ``objective_scores`` (:mod:`.objectives`). An ``async def`` metric is awaited
+(:mod:`.awaiting`).
 """
 
 from __future__ import annotations
@@ -15,8 +17,11 @@ import inspect
 import math
 import numbers
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+from .awaiting import resolved
+from .objectives import parse_objectives
 
 
 class MetricError(TypeError):
@@ -29,6 +34,7 @@ class MetricResult:
 
     score: float
     feedback: str
+    objectives: dict[str, float] = field(default_factory=dict)  # the metric's ``objective_scores``, if any
 
 
 OPTIONAL_ARGS = ("trace", "pred_name", "pred_trace")
@@ -78,7 +84,7 @@ class Metric:
 
     def __call__(self, example: Any, prediction: Any) -> MetricResult:
         extra = (None,) * self._plan.extra_positional
-        raw = self.fn(example, prediction, *extra, **dict.fromkeys(self._plan.by_name))
+        raw = resolved(self.fn(example, prediction, *extra, **dict.fromkeys(self._plan.by_name)))
         return self.parse(raw)
 
     def parse(self, raw: Any) -> MetricResult:
@@ -98,7 +104,11 @@ class Metric:
                 "metric must return a number, a bool, or dspy.Prediction(score=<number>, feedback=<str>); "
                 f"it returned {raw!r} ({type(raw).__name__})"
             )
-        return MetricResult(float(value), str(feedback))
+        try:
+            objectives = parse_objectives(raw)
+        except TypeError as error:
+            raise MetricError(f"metric returned bad objective_scores: {error}") from None
+        return MetricResult(float(value), str(feedback), objectives)
 
 
 class ScoreOutOfRange(MetricError):

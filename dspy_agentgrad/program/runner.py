@@ -5,23 +5,22 @@ output equals the reference run's.
 
 from __future__ import annotations
 
-import asyncio
-import contextvars
 import logging
 import threading
 import traceback
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import dspy
 
 from ..runtime.budget import Budget
+from ..runtime.deadlines import TIMEOUT_ATTEMPTS, CallTimeout, within
 from ..runtime.jsonable import faithful, to_jsonable
 from ..runtime.redaction import Redactor
 from ..runtime.retries import FirstRunsFailed, RetryPolicy, error_kind, is_transient, retry_here, setup_fix
 from ..runtime.usage import empty_usage, track
-from .interception import CONTROL_KEY, RunControl, intercept
+from .awaiting import resolved
+from .interception import CONTROL_KEY, RunControl, intercept, released
 from .metric import Metric, MetricError, check_score_range
 from .program_state import ProgramState
 from .runs import Execution, Outcome, Reference, Step
@@ -34,19 +33,13 @@ class ProgramBug(FirstRunsFailed):
 
 
 RETURNED_NONE = "program:ReturnedNone"
+#: Error kinds of a program run and of a metric call abandoned past their time limits (counted as ``timeout``).
+TIMEOUT_RUN, TIMEOUT_METRIC = "timeout:run", "timeout:metric"
 
 
 def _is_async(program: dspy.Module) -> bool:
     """True for a program that defines ``aforward`` but no ``forward`` (run it with ``acall``)."""
     return getattr(type(program), "forward", None) is None and getattr(type(program), "aforward", None) is not None
-
-
-def _run_async(program: dspy.Module, inputs: dict) -> Any:
-    """Run an async-only program to completion in a fresh event loop on a helper thread
-    (the caller may already be inside an event loop, e.g. a notebook)."""
-    context = contextvars.copy_context()
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(context.run, asyncio.run, program.acall(**inputs)).result()
 
 
 def check_first_runs(outcomes: list[Outcome]) -> None:
@@ -71,6 +64,12 @@ def check_first_runs(outcomes: list[Outcome]) -> None:
             f"the metric raised {name} on {runs}: {detail}. Fix the metric: it is called as metric(example, "
             "prediction, trace=None) and must return a score; as it is, every run scores failure_score and "
             "nothing can be learned"
+        )
+    if family == "timeout":
+        option = "run_timeout_s" if kind == TIMEOUT_RUN else "metric_timeout_s"
+        raise FirstRunsFailed(
+            f"{runs} went past its time limit twice: {detail}. Raise {option} above the time a run needs, "
+            "or find what hangs (a tool, a retriever, the LM server)"
         )
     fix = setup_fix(name)
     if family == "error" and fix is not None:
@@ -112,8 +111,12 @@ class ProgramRunner:
         failure_score: float = 0.0,
         redact: Callable[[str], str] | None = None,
         task_budget: Budget | None = None,
+        run_timeout_s: float | None = None,
+        metric_timeout_s: float | None = None,
     ):
         self.program = student.deepcopy()
+        self.run_timeout_s = run_timeout_s
+        self.metric_timeout_s = metric_timeout_s
         self.redact = redact or Redactor()
         self.task_budget = task_budget if task_budget is not None and task_budget.task_capped else None
         self.max_score = max_score
@@ -124,8 +127,23 @@ class ProgramRunner:
         self.is_async = _is_async(self.program)
         self._metric_error_logged = False
         self._lock = threading.Lock()
+        self.hint_delivery = hint_delivery
+        self._intercept()
+
+    def _intercept(self) -> None:
         for name, predictor in self.program.named_predictors():
-            intercept(predictor, name, hint_delivery)
+            intercept(predictor, name, self.hint_delivery)
+
+    def __getstate__(self) -> dict:
+        """What a remote worker needs to make runs (:mod:`.executor`): the program without its hooks, no lock."""
+        state = {k: v for k, v in self.__dict__.items() if k != "_lock"}
+        state["program"] = released(self.program)
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+        self._intercept()
 
     def run(
         self,
@@ -150,7 +168,7 @@ class ProgramRunner:
         reference: Reference | None = None,
     ) -> Execution:
         """Run the program (retrying transient errors) without scoring it: no metric call."""
-        attempt = 0
+        attempt = timeouts = 0
         total_usage = empty_usage()
         replay = list(replay)
         reuse = reference.reusable_steps(replay) if reference is not None else []
@@ -162,10 +180,7 @@ class ProgramRunner:
             per_lm: dict[str, dict] = {}
             try:
                 with track(per_lm) as usage, dspy.context(trace=[], **{CONTROL_KEY: control}, **lm):
-                    if self.is_async:
-                        prediction = _run_async(self.program, example.inputs())
-                    else:
-                        prediction = self.program(**example.inputs())
+                    prediction = within(self.run_timeout_s, "program run", lambda: self._call_program(example))
                 error = None
             except Exception as exc:  # LM errors, parse failures: scored as failure, never as success
                 prediction, error = None, exc
@@ -173,13 +188,18 @@ class ProgramRunner:
                 raise control.capped
             for key in total_usage:
                 total_usage[key] += usage[key]
-            if error is not None and retry_here(error) and attempt < self.retry.attempts:
-                self.retry.wait(attempt, error)
+            timeouts += isinstance(error, CallTimeout)
+            if error is not None and self._try_again(error, attempt, timeouts):
                 continue
             if track_usage and error is None and hasattr(prediction, "set_lm_usage"):
                 prediction.set_lm_usage(per_lm)  # what DSPy attaches under track_usage, from this run's own tracker
             steps, misses = control.steps(), control.replay_misses
             return Execution(prediction, error, steps, total_usage, attempt, misses, control.predictor_errors)
+
+    def _call_program(self, example: dspy.Example) -> Any:
+        if self.is_async:  # awaited on a fresh event loop (:func:`resolved`)
+            return resolved(self.program.acall(**example.inputs()))
+        return self.program(**example.inputs())
 
     def score(self, example: dspy.Example, execution: Execution, reference: Reference | None = None) -> Outcome:
         """The scored outcome of ``execution`` (a metric call, unless its output equals ``reference``'s)."""
@@ -187,7 +207,9 @@ class ProgramRunner:
         if execution.error is not None:
             error = execution.error
             kind = error_kind(error)
-            if not _raised_in_predictor(error, execution.predictor_errors) and not is_transient(error):
+            if isinstance(error, CallTimeout):
+                kind = TIMEOUT_RUN
+            elif not _raised_in_predictor(error, execution.predictor_errors) and not is_transient(error):
                 kind = "program:" + type(error).__name__
             feedback = self.redact(f"The program failed: {kind}: {error}")
             outcome = Outcome(0.0, feedback, kind, steps, {}, usage, attempts)
@@ -211,13 +233,23 @@ class ProgramRunner:
         known = reference.outcome if reference is not None else None
         same = known is not None and known.error is None and outputs == known.outputs
         if same and faithful(prediction):  # values shown by str() alone may print alike and differ: scored
-            return Outcome(known.score, known.feedback, None, steps, outputs, total_usage, attempts, scored=False)
-        attempt = 0
+            return Outcome(
+                known.score,
+                known.feedback,
+                None,
+                steps,
+                outputs,
+                total_usage,
+                attempts,
+                scored=False,
+                objectives=dict(known.objectives),
+            )
+        attempt = timeouts = 0
         while True:
             attempt += 1
             try:
                 with track() as usage:
-                    result = self.metric(example, prediction)
+                    result = within(self.metric_timeout_s, "metric call", lambda: self.metric(example, prediction))
                 error = None
             except MetricError:
                 raise
@@ -229,14 +261,29 @@ class ProgramRunner:
                 if self.max_score is not None:
                     check_score_range(result.score, self.max_score, example)
                 feedback = self.redact(result.feedback)
-                return Outcome(result.score, feedback, None, steps, outputs, total_usage, attempts)
-            if retry_here(error) and attempt < self.retry.attempts:
-                self.retry.wait(attempt, error)
+                return Outcome(
+                    result.score, feedback, None, steps, outputs, total_usage, attempts, objectives=result.objectives
+                )
+            timeouts += isinstance(error, CallTimeout)
+            if self._try_again(error, attempt, timeouts):
                 continue
-            self._log_metric_error(error)
-            kind = "metric:" + type(error).__name__
+            if isinstance(error, CallTimeout):
+                kind = TIMEOUT_METRIC
+            else:
+                self._log_metric_error(error)
+                kind = "metric:" + type(error).__name__
             feedback = self.redact(f"The metric failed: {kind}: {error}")
             return Outcome(self.failure_score, feedback, kind, steps, outputs, total_usage, attempts)
+
+    def _try_again(self, error: BaseException, attempt: int, timeouts: int) -> bool:
+        """Whether to try a failed call again: one past its time limit once, at once (``timeouts``: how many of
+        the tries so far were); a transient error after a backoff, while ``retry_attempts`` allows."""
+        if isinstance(error, CallTimeout):
+            return timeouts < TIMEOUT_ATTEMPTS
+        if retry_here(error) and attempt < self.retry.attempts:
+            self.retry.wait(attempt, error)
+            return True
+        return False
 
     def _log_metric_error(self, error: BaseException) -> None:
         with self._lock:

@@ -52,6 +52,7 @@ class Outcome:
     attempts: int = 1
     replay_misses: int = 0
     scored: bool = True  # False: the program output equals its reference run's, whose score it took
+    objectives: dict[str, float] = field(default_factory=dict)  # the metric's objective_scores for this run
 
     def order(self) -> list[str]:
         """Predictor names in order of first call in this run."""
@@ -84,6 +85,8 @@ class Outcome:
         }
         if not self.scored:
             data["scored"] = False
+        if self.objectives:  # only when the metric reports any: older journals read back unchanged
+            data["objectives"] = self.objectives
         return data
 
     @classmethod
@@ -99,6 +102,7 @@ class Outcome:
             attempts=data.get("attempts", 1),
             replay_misses=data.get("replay_misses", 0),
             scored=data.get("scored", True),
+            objectives=data.get("objectives", {}),
         )
 
 

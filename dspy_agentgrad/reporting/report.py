@@ -309,11 +309,15 @@ def render_html(result: AgentGradResult) -> str:
         for n, text in result.final_instructions.items()
     )
     candidates = "".join(_candidate_html(i, c) for i, c in enumerate(result.candidates)) or "<p>No candidate.</p>"
+    objectives = "".join(
+        f"<li>objective {html.escape(name)} (validation mean): {a:.4f} &rarr; {b:.4f}</li>\n"
+        for name, a, b in result.objective_changes()
+    )
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>AgentGrad run report</title><style>{STYLE}</style></head>
 <body><h1>AgentGrad run</h1>
 <ul><li>validation score: <b>{result.initial_val_score:.4f} &rarr; {result.best_val_score:.4f}</b></li>
-<li>metric calls: {result.metric_calls}{cap}; rounds: {len(result.rounds)};
+{objectives}<li>metric calls: {result.metric_calls}{cap}; rounds: {len(result.rounds)};
 candidates: {len(result.accepted)} accepted, {len(result.rejected)} rejected</li>
 <li>stop: {html.escape(result.stop_reason)}; wall time {result.wall_time_s:.1f} s</li></ul>
 {usage_html(result)}

@@ -116,6 +116,7 @@ class AgentGradResult:
     rounds: list[RoundRecord] = field(default_factory=list)
     val_history: list[tuple[int, float]] = field(default_factory=list)
     val_examples: list[ValExample] = field(default_factory=list)  # per validation example: starting vs best
+    val_objectives: dict[str, dict[str, float]] = field(default_factory=dict)  # "initial"/"best": mean per objective
     blame: list[BlameRecord] = field(default_factory=list)  # every training failure and where it went
     metric_calls: int = 0
     max_metric_calls: int | None = None
@@ -176,6 +177,11 @@ class AgentGradResult:
                 ValExample(label, initial, best)
                 for label, initial, best in zip(state.val_labels, state.initial_val_scores, state.best_val_scores)
             ],
+            val_objectives=(
+                {"initial": dict(state.initial_val_objectives), "best": dict(state.best_val_objectives)}
+                if state.best_val_objectives
+                else {}
+            ),
             blame=list(state.blame),
             metric_calls=budget.metric_calls,
             max_metric_calls=budget.max_metric_calls,
@@ -245,6 +251,11 @@ class AgentGradResult:
             return None
         return why_unchanged([asdict(r) for r in self.rounds], [asdict(c) for c in self.candidates], self.stop_reason)
 
+    def objective_changes(self) -> list[tuple[str, float, float]]:
+        """(objective, starting program's validation mean, best program's) for each objective the metric reports."""
+        initial, best = self.val_objectives.get("initial", {}), self.val_objectives.get("best", {})
+        return [(name, initial.get(name, 0.0), value) for name, value in best.items()]
+
     def to_markdown(self) -> str:
         """The run as Markdown (``result.md``): scores, rounds, candidates, final instructions."""
         unchanged = self.why_unchanged()
@@ -257,6 +268,7 @@ class AgentGradResult:
             + (f"; {self.reused_runs} more runs reused an earlier run's score" if self.reused_runs else ""),
             f"- rounds: {len(self.rounds)}; stop: {self.stop_reason}; wall time: {self.wall_time_s:.1f} s"
             + (f" over {len(self.segments)} segments (resumed)" if len(self.segments) > 1 else ""),
+            *(f"- objective {n} (validation mean): {a:.4f} -> {b:.4f}" for n, a, b in self.objective_changes()),
             *([f"- unchanged: {unchanged}"] if unchanged else []),
             f"- paid over all segments: {self.paid.get('metric_calls', self.metric_calls)} metric calls; "
             f"task LM {self.paid.get('task', {})}; prompt LM {self.paid.get('prompt', {})}",

@@ -189,6 +189,9 @@ class MlflowTracker(VerdictCounts):
             final.update(self.verdict_counts())
             if event.best_score is not None:
                 final["best_val_score"] = event.best_score
+            for name, initial, best in result.objective_changes():
+                key = f"objective.{metric_key(name)}"
+                final.update({f"{key}.initial": initial, f"{key}.best": best})
             mlflow.log_metrics(final, step=event.metric_calls)
             self.log_tables(result)
             mlflow.log_dict(result.to_dict(), f"{ARTIFACT_DIR}/result.json")

@@ -17,6 +17,7 @@ from typing import Any
 import dspy
 
 from ..core.clustering import GradientGroup, normalize_clusters
+from ..program.awaiting import resolved
 from ..runtime.budget import Budget, BudgetExhausted, Reservation, worst_case_usage
 from ..runtime.jsonable import digest, to_jsonable
 from ..runtime.paid_work import PaidWork
@@ -280,7 +281,7 @@ class Proposer:
             out = self._settle(
                 "rewrite",
                 f"role:instruction_proposer:{digest(asdict(request))}",
-                lambda: {"new_instruction": checked_instruction(self.instruction_proposer(request))},
+                lambda: {"new_instruction": checked_instruction(resolved(self.instruction_proposer(request)))},
             )
         else:
             shown = [

@@ -113,6 +113,14 @@ class RuleEngine:
         prompt_tokens = len((system or "").split()) + len((user or "").split())
         return _response(text, prompt_tokens, len(text.split()))
 
+    def __getstate__(self) -> dict:
+        """Picklable (the lock stays behind): a fake LM can be sent to a Ray worker like a real one."""
+        return {k: v for k, v in self.__dict__.items() if k != "_lock"}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
     def stream(self, request):
         raise NotImplementedError("RuleEngine does not stream")
 
