@@ -21,8 +21,8 @@ from ..runtime.jsonable import faithful, to_jsonable
 from ..runtime.redaction import Redactor
 from ..runtime.retries import FirstRunsFailed, RetryPolicy, error_kind, is_transient, retry_here, setup_fix
 from ..runtime.usage import empty_usage, track
-from .interception import CONTROL_KEY, RunControl, intercept
-from .metric import Metric, MetricError, check_score_range
+from .interception import CONTROL_KEY, OutsideCalls, RunControl, intercept
+from .metric import Metric, MetricError, checked_score
 from .program_state import ProgramState
 from .runs import Execution, Outcome, Reference, Step
 
@@ -49,9 +49,10 @@ def _run_async(program: dspy.Module, inputs: dict) -> Any:
         return pool.submit(context.run, asyncio.run, program.acall(**inputs)).result()
 
 
-def check_first_runs(outcomes: list[Outcome]) -> None:
+def check_first_runs(outcomes: list[Outcome], metric_call: str = "metric(example, prediction, trace=None)") -> None:
     """Stop when every one of the program's first runs failed the same way, for a cause no rewrite can fix:
-    an error of the program's own, a forward() returning None, a metric that raises, an LM that refuses."""
+    an error of the program's own, a forward() returning None, a metric that raises, an LM that refuses.
+    ``metric_call``: how the metric was called (:attr:`Metric.called_as`), for the message."""
     errors = {o.error for o in outcomes}
     if not outcomes or len(errors) != 1 or None in errors:
         return
@@ -68,9 +69,8 @@ def check_first_runs(outcomes: list[Outcome]) -> None:
         )
     if family == "metric":
         raise FirstRunsFailed(
-            f"the metric raised {name} on {runs}: {detail}. Fix the metric: it is called as metric(example, "
-            "prediction, trace=None) and must return a score; as it is, every run scores failure_score and "
-            "nothing can be learned"
+            f"the metric raised {name} on {runs}: {detail}. Fix the metric: it was called as {metric_call} and "
+            "must return a score; as it is, every run scores failure_score and nothing can be learned"
         )
     fix = setup_fix(name)
     if family == "error" and fix is not None:
@@ -94,11 +94,11 @@ class ProgramRunner:
     """Runs a private copy of the user's program under chosen instructions.
 
     Program errors (LM failures, parse failures) are retried when transient and
-    otherwise scored as a failure (score 0) with the error recorded; they never
-    count as a success. An error the program raises outside any predictor call is
-    counted as ``program:<Type>``. A metric that raises scores ``failure_score``
-    (transient metric errors are retried first); one that returns a non-score raises
-    :class:`MetricError` at once.
+    otherwise scored as a failure (``failure_score``, below ``max_score``) with the error
+    recorded; they never count as a success. An error the program raises outside any
+    predictor call is counted as ``program:<Type>``. A metric that raises scores
+    ``failure_score`` too (transient metric errors are retried first); one that returns a
+    non-score raises :class:`MetricError` at once.
     """
 
     def __init__(
@@ -124,8 +124,9 @@ class ProgramRunner:
         self.is_async = _is_async(self.program)
         self._metric_error_logged = False
         self._lock = threading.Lock()
+        self.outside = OutsideCalls()
         for name, predictor in self.program.named_predictors():
-            intercept(predictor, name, hint_delivery)
+            intercept(predictor, name, hint_delivery, self.outside)
 
     def run(
         self,
@@ -148,8 +149,10 @@ class ProgramRunner:
         hints: dict[str, str] | None = None,
         replay: Iterable[Step] = (),
         reference: Reference | None = None,
+        only: dict[str, str] | None = None,
     ) -> Execution:
-        """Run the program (retrying transient errors) without scoring it: no metric call."""
+        """Run the program (retrying transient errors) without scoring it: no metric call. ``only``: per hinted
+        predictor, the call key of the calls that get its hint (:class:`interception.RunControl`)."""
         attempt = 0
         total_usage = empty_usage()
         replay = list(replay)
@@ -157,7 +160,7 @@ class ProgramRunner:
         track_usage = bool(dspy.settings.get("track_usage"))
         while True:
             attempt += 1
-            control = RunControl(ProgramState.of(instructions), hints, replay, reuse, self.task_budget)
+            control = RunControl(ProgramState.of(instructions), hints, replay, reuse, self.task_budget, only)
             lm = {"lm": self.task_model} if self.task_model else {}
             per_lm: dict[str, dict] = {}
             try:
@@ -171,6 +174,7 @@ class ProgramRunner:
                 prediction, error = None, exc
             if control.capped is not None:  # raised here even when the program caught the refusal
                 raise control.capped
+            self.outside.check()  # likewise: a predictor the run's context did not reach
             for key in total_usage:
                 total_usage[key] += usage[key]
             if error is not None and retry_here(error) and attempt < self.retry.attempts:
@@ -190,13 +194,13 @@ class ProgramRunner:
             if not _raised_in_predictor(error, execution.predictor_errors) and not is_transient(error):
                 kind = "program:" + type(error).__name__
             feedback = self.redact(f"The program failed: {kind}: {error}")
-            outcome = Outcome(0.0, feedback, kind, steps, {}, usage, attempts)
+            outcome = Outcome(self.failure_score, feedback, kind, steps, {}, usage, attempts)
         elif execution.prediction is None:
             feedback = (
                 f"The program failed: {RETURNED_NONE}: {type(self.program).__name__}.forward() returned None; "
                 "it must return its outputs (e.g. return dspy.Prediction(answer=...)): check for a missing return"
             )
-            outcome = Outcome(0.0, feedback, RETURNED_NONE, steps, {}, usage, attempts)
+            outcome = Outcome(self.failure_score, feedback, RETURNED_NONE, steps, {}, usage, attempts)
         else:
             outcome = self._score(example, execution.prediction, steps, usage, attempts, reference)
         outcome.replay_misses = execution.replay_misses
@@ -226,10 +230,9 @@ class ProgramRunner:
             for key in total_usage:  # an LLM-judge metric's own LM calls
                 total_usage[key] += usage[key]
             if error is None:
-                if self.max_score is not None:
-                    check_score_range(result.score, self.max_score, example)
+                score = result.score if self.max_score is None else checked_score(result.score, self.max_score, example)
                 feedback = self.redact(result.feedback)
-                return Outcome(result.score, feedback, None, steps, outputs, total_usage, attempts)
+                return Outcome(score, feedback, None, steps, outputs, total_usage, attempts)
             if retry_here(error) and attempt < self.retry.attempts:
                 self.retry.wait(attempt, error)
                 continue
