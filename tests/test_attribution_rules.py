@@ -233,3 +233,10 @@ def test_a_thread_pool_that_carries_the_context_is_optimized_within_its_caps():
     result = optimizer.compile(program, trainset=TAG_TRAIN, valset=TAG_VAL).detailed_results
     assert result.best_val_score == 1.0 and "FIX-tag" in result.final_instructions["tag"]
     assert engine.calls == result.usage["task"]["calls"] <= 60
+
+
+def test_a_binding_task_call_cap_holds_for_calls_made_in_the_programs_own_threads():
+    engine, optimizer = pooled_run(keep_context=True, max_task_calls=20)
+    result = optimizer.compile(PooledTagger(keep_context=True), trainset=TAG_TRAIN, valset=TAG_VAL).detailed_results
+    assert "task-LM budget" in result.stop_reason
+    assert engine.calls <= 20

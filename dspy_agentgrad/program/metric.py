@@ -69,7 +69,7 @@ def _forwards(metric: Callable, params: dict[str, inspect.Parameter]) -> bool:
 
 def _target(metric: Callable) -> tuple[Any, str]:
     """The callable whose signature says how ``metric`` is called, and its name for messages."""
-    name = getattr(metric, "__qualname__", None) or type(metric).__name__
+    name = getattr(metric, "__name__", None) or type(metric).__name__
     try:
         params = dict(inspect.signature(metric).parameters)
     except (TypeError, ValueError):
