@@ -155,8 +155,8 @@ class Metric:
             value = value.item()  # np.bool_ is not a numbers.Real; every numpy scalar has a Python twin
         if not isinstance(value, numbers.Real) or not math.isfinite(float(value)):
             raise MetricError(
-                "metric must return a finite number, a bool, or dspy.Prediction(score=<number>, feedback=<str>); "
-                f"it returned {raw!r} ({type(raw).__name__})"
+                "metric must return a number (finite: not NaN or inf), a bool, or "
+                f"dspy.Prediction(score=<number>, feedback=<str>); it returned {raw!r} ({type(raw).__name__})"
             )
         return MetricResult(float(value), str(feedback))
 

@@ -12,6 +12,7 @@ import threading
 import traceback
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any
 
 import dspy
@@ -182,7 +183,8 @@ class ProgramRunner:
                 continue
             if track_usage and error is None and hasattr(prediction, "set_lm_usage"):
                 prediction.set_lm_usage(per_lm)  # what DSPy attaches under track_usage, from this run's own tracker
-            steps, misses = control.steps(), control.replay_misses
+            steps = [replace(s, error=self.redact(s.error)) if s.error else s for s in control.steps()]
+            misses = control.replay_misses
             return Execution(prediction, error, steps, total_usage, attempt, misses, control.predictor_errors)
 
     def score(self, example: dspy.Example, execution: Execution, reference: Reference | None = None) -> Outcome:
