@@ -165,6 +165,48 @@ def test_finding_the_call_costs_no_metric_call_under_an_lm_that_does_not_reword(
     assert counts == {False: 4, True: 4 + 2 * 2}
 
 
+class TopicStages(dspy.Module):
+    """A topic finder, then one predictor called three times on parts that name the topic it found."""
+
+    def __init__(self, chain: bool):
+        super().__init__()
+        self.chain = chain
+        self.first = dspy.Predict("x -> topic")
+        self.step = dspy.Predict("part, previous -> result")
+
+    def forward(self, x):
+        topic = self.first(x=x).topic.split(" ~")[0]
+        results, previous = [], "start"
+        for k in range(3):
+            result = self.step(part=f"{topic} stage{k}", previous=previous if self.chain else "start").result
+            results.append(result.split(" ~")[0])
+            previous = result
+        return dspy.Prediction(answer=" ".join(results))
+
+
+class TopicWorld(StageWorld):
+    """The topic finder goes wrong on every example unless hinted; then the stage world, under rewording."""
+
+    def __call__(self, call: FakeCall):
+        if "current_instruction" in call.inputs or "part" in call.inputs:
+            return super().__call__(call)
+        topic = call.inputs["x"] if call.hint is not None or "FIX-topic" in call.instructions else "bad"
+        return {"topic": f"{topic} ~{zlib.crc32(f'{call.instructions}|{sorted(call.inputs.items())}'.encode()) % 997}"}
+
+
+@pytest.mark.parametrize("faulty", [1, 2])
+@pytest.mark.parametrize("chain", [False, True])
+def test_a_cumulative_fix_labels_the_call_of_a_predictor_called_several_times_that_the_hint_fixed(faulty, chain):
+    """Neither hint alone fixes a failure here (the topic and one stage are both wrong): the cumulative pass
+    explains it with both, and the stage predictor's label is the call at fault, not the first one reworded."""
+    dspy.configure(lm=fake_lm(TopicWorld(faulty, reword=True)))
+    train = stage_data(3)
+    report = AgentGrad(stage_metric, max_rounds=1, **FAST).attribute(TopicStages(chain), train)
+    assert report.explained_cumulative == len(train) and report.hard_cases == []
+    assert [r.inputs["part"] for r in report.attributed["step"]] == [f"{ex.x} stage{faulty}" for ex in train]
+    assert [r.corrected["topic"].split(" ~")[0] for r in report.attributed["first"]] == [ex.x for ex in train]
+
+
 # ---- a predictor run in a thread the program starts itself ---------------------------------------------
 
 

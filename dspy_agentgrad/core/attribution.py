@@ -20,6 +20,7 @@ from ..program.hints import PLACEBOS, Hint, as_hint, leaks_label
 from ..program.interception import call_key
 from ..program.runs import Outcome, Step
 from ..runtime.budget import BudgetExhausted
+from ..runtime.jsonable import digest
 from .state import AttributionRecord, AttributionReport
 
 logger = logging.getLogger("dspy.agentgrad")
@@ -39,6 +40,17 @@ class Attribution:
     report: AttributionReport
     outcomes: list[Outcome]
     speculated: bool = False
+
+
+@dataclass(frozen=True)
+class PinCase:
+    """A failure some hints fixed, for :meth:`Attributor._pin_calls`: the run without the hint on the predictor
+    looked at (``witness``), the fixed run, the predictors hinted there, and those of them given a placebo."""
+
+    witness: Outcome
+    run: Outcome
+    targets: tuple[str, ...]
+    placebo: frozenset[str] = frozenset()
 
 
 def _twins(before: list[Step], after: list[Step]) -> list[tuple[Step | None, Step]]:
@@ -145,8 +157,8 @@ class Attributor:
                 self._speculating = reused >= SPECULATE_WHEN_REUSED * len(hinted)
                 if self._speculating:
                     self._hinted(examples, outcomes, [(i, (n,)) for n in levels[1:] for i in unresolved], ahead=True)
-            fixes = {index: result for index, _, result in hinted if self._fixes(result, outcomes[index])}
-            pins = self._pin_calls(examples, outcomes, name, fixes)
+            cases = {i: PinCase(outcomes[i], run, (name,)) for i, _, run in hinted if self._fixes(run, outcomes[i])}
+            pins = self._pin_calls(examples, outcomes, name, cases)
             for index, hints, result in hinted:
                 record = self._fix_record(examples[index], outcomes[index], result, name, pin=pins.get(index))
                 if record is None:
@@ -285,37 +297,35 @@ class Attributor:
         return AttributionRecord(example, fixed.inputs, unhinted, fixed.outputs, original.feedback, original.outputs)
 
     def _pin_calls(
-        self, examples: list[dspy.Example], outcomes: list[Outcome], name: str, fixes: dict[int, Outcome]
+        self, examples: list[dspy.Example], outcomes: list[Outcome], name: str, cases: dict[int, PinCase]
     ) -> dict[int, tuple[Step, Outcome]]:
-        """For each failure a hint on ``name`` fixed (``fixes``: index -> fixed run) where more than one of the
-        predictor's calls answered anew, the call the hint fixed, and the run that shows it.
+        """For each failure a set of hints fixed (``cases``) where more than one call of ``name`` answered anew,
+        the call the hint on ``name`` fixed, and the run that shows it.
 
         An LM that words its answer anew whenever its prompt changes makes a hint change every call of a
         predictor called several times, so which answer mattered cannot be read from the texts. The calls of the
-        failed run are tried one at a time, each hinted alone (the call :func:`changed_calls` would take first,
-        then the others, latest first: the nearest to the output); the first whose hint alone fixes the failure
-        is the call the hint fixed. Each try takes the fixed run as reference, so a try whose output equals it
-        costs no metric call (an LM that does not reword: the first try). No try fixes: no pin (the first
-        changed call is taken)."""
+        run without the hint are tried one at a time, each alone getting the hint (the others of the fixing set
+        keep theirs): first the call :func:`changed_calls` would take, then the others, latest first (the nearest
+        to the output). The first whose hint alone fixes the failure is the call the hint fixed. Each try takes
+        the fixed run as reference, so a try whose output equals it costs no metric call (under an LM that does
+        not reword, the first try). No try fixes: no pin (the first changed call is taken)."""
         pending: dict[int, list[Step]] = {}
-        for index, run in fixes.items():
-            before, after = outcomes[index].calls(name), run.calls(name)
-            anew = [
-                s for s in after if not s.error and all((t.inputs, t.outputs) != (s.inputs, s.outputs) for t in before)
-            ]
-            if len(anew) < 2:
-                continue
+        for index, case in cases.items():
+            before, after = case.witness.calls(name), case.run.calls(name)
+            kept = {(digest(t.inputs), digest(t.outputs)) for t in before}
+            if sum(not s.error and (digest(s.inputs), digest(s.outputs)) not in kept for s in after) < 2:
+                continue  # one call (or none) answered anew: changed_calls finds it
             first = [twin for twin, _ in changed_calls(before, after)[:1] if twin is not None]
-            pending[index] = list(
-                {call_key(name, s.inputs, s.setting): s for s in [*first, *reversed(before)]}.values()
-            )
+            tries = {call_key(name, s.inputs, s.setting): s for s in [*first, *reversed(before)]}
+            pending[index] = list(tries.values())
         pins: dict[int, tuple[Step, Outcome]] = {}
+        phase = "intervene" if all(len(case.targets) == 1 for case in cases.values()) else "cumulative"
         for position in range(max((len(tries) for tries in pending.values()), default=0)):
             live = {i: tries[position] for i, tries in pending.items() if position < len(tries) and i not in pins}
+            items = [(i, cases[i].targets, cases[i].placebo) for i in live]
+            references = {i: (cases[i].run, frozenset()) for i in live}
             only = {i: {name: call_key(name, call.inputs, call.setting)} for i, call in live.items()}
-            references = {i: (fixes[i], frozenset()) for i in live}
-            items = [(i, (name,)) for i in live]
-            for index, _, result in self._hinted(examples, outcomes, items, references=references, only=only):
+            for index, _, result in self._hinted(examples, outcomes, items, phase, references=references, only=only):
                 if self._fixes(result, outcomes[index]):
                     pins[index] = (live[index], result)
         return pins
@@ -340,10 +350,25 @@ class Attributor:
                     fixed[index] = (list(hints), result)
                     del chains[index]
             pruned = self._prune(examples, outcomes, fixed)
-            self._placebo(examples, outcomes, fixed, pruned)
+            placed = self._placebo(examples, outcomes, fixed, pruned)
+            pins = {}
+            for name in order:
+                cases = {
+                    i: PinCase(
+                        witnesses.get(name, outcomes[i]),
+                        run,
+                        tuple(n for n in fixed[i][0] if n in kept or n in placed[i]),
+                        frozenset(placed[i]),
+                    )
+                    for i, (kept, witnesses, run) in pruned.items()
+                    if name in kept
+                }
+                pins[name] = self._pin_calls(examples, outcomes, name, cases)
             for index, (kept, witnesses, run) in pruned.items():
                 records = {
-                    name: self._fix_record(examples[index], outcomes[index], run, name, witnesses.get(name))
+                    name: self._fix_record(
+                        examples[index], outcomes[index], run, name, witnesses.get(name), pins[name].get(index)
+                    )
                     for name in kept
                 }
                 records = {n: r for n, r in records.items() if r is not None}
@@ -383,7 +408,7 @@ class Attributor:
                     witnesses[dropped] = result
         return state
 
-    def _placebo(self, examples, outcomes, fixed: dict, pruned: dict) -> None:
+    def _placebo(self, examples, outcomes, fixed: dict, pruned: dict) -> dict[int, set[str]]:
         """The causal control of a kept hint: dropping it also reverts its predictor's prompt, so under an LM
         that rewords its output whenever its prompt changes, a fix may come from that wording alone (and the
         earliest hint, added last, is never dropped at all). Each kept hint but the latest (a wording can only
@@ -416,6 +441,7 @@ class Attributor:
                         placed[index].add(testing.pop(index))
                         self._placebo_withheld += 1
                         pruned[index] = (kept, witnesses, result)
+        return placed
 
     def _assign_round_robin(self, examples, outcomes, unresolved, order, attributed, round_index: int) -> None:
         """Ablation without target identification: this round's predictor takes every failure."""
