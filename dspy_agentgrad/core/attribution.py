@@ -68,12 +68,15 @@ def changed_calls(before: list[Step], after: list[Step]) -> list[tuple[Step | No
     """The calls of a predictor a hint changed, earliest first: (the call of ``before``, the run without the hint,
     it is paired with, the hinted call). A call is paired with the call of ``before`` that got the same inputs,
     so a call whose inputs changed because an earlier call did is not taken, and the pairing holds when a
-    program runs the predictor in threads. When no call kept its inputs, calls are paired by call number (None:
-    no such call). A hinted call that raised is never a pseudo-label."""
-    pairs = [(twin.call, twin, step) for twin, step in _twins(before, after) if twin is not None]
-    if not pairs:
-        pairs = [(k, before[k] if k < len(before) else None, step) for k, step in enumerate(after)]
-    changed = [(k, twin, step) for k, twin, step in pairs if twin is None or twin.shown_outputs() != step.outputs]
+    program runs the predictor in threads. When no call that kept its inputs answered differently, calls are
+    paired by call number (None: no such call). A hinted call that raised is never a pseudo-label."""
+
+    def differ(pairs: list[tuple[int, Step | None, Step]]) -> list[tuple[int, Step | None, Step]]:
+        return [(k, twin, step) for k, twin, step in pairs if twin is None or twin.shown_outputs() != step.outputs]
+
+    changed = differ([(twin.call, twin, step) for twin, step in _twins(before, after) if twin is not None])
+    if not changed:
+        changed = differ([(k, before[k] if k < len(before) else None, step) for k, step in enumerate(after)])
     return [(twin, step) for _, twin, step in sorted(changed, key=lambda item: item[0]) if not step.error]
 
 

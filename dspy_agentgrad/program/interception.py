@@ -101,10 +101,9 @@ class RunControl:
         self.capped: TaskCapReached | None = None  # a call was refused: the run must not be scored
         self.hints = dict(hints or {})
         self.only = dict(only or {})
-        replay, reuse = list(replay), list(reuse)
+        replay, reuse = [s for s in replay if not s.error], [s for s in reuse if not s.error]  # a failure runs anew
         self._lock = threading.Lock()
         self._replay: dict[str, list[Step]] = defaultdict(list)
-        replay, reuse = [s for s in replay if not s.error], [s for s in reuse if not s.error]  # a failure runs anew
         for step in replay + reuse:
             self._replay[call_key(step.name, step.inputs, step.setting)].append(step)
         self.replay_names = frozenset(step.name for step in replay)
@@ -336,17 +335,17 @@ class OutsideCalls:
         """Note the call and refuse it (no LM call is made)."""
         with self._lock:
             self.names.append(name)
-        raise CallOutsideRun(outside_message(name))
+        raise CallOutsideRun(_outside_message(name))
 
     def check(self) -> None:
         """Raise :class:`CallOutsideRun` when a predictor was called outside a run (even if the program caught it)."""
         with self._lock:
-            names = list(dict.fromkeys(self.names))
+            names = list(self.names)
         if names:
-            raise CallOutsideRun(outside_message(names[0]))
+            raise CallOutsideRun(_outside_message(names[0]))
 
 
-def outside_message(name: str) -> str:
+def _outside_message(name: str) -> str:
     return (
         f"predictor {name!r} was called in a thread the program started itself (a concurrent.futures."
         "ThreadPoolExecutor or threading.Thread inside forward), which does not inherit DSPy's context: AgentGrad "
