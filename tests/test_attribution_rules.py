@@ -117,23 +117,24 @@ def stage_data(calls: int) -> list[dspy.Example]:
 
 
 STAGE_WORLDS = [
-    (calls, faulty, reword, chain, threads)
+    (calls, faulty, reword, chain, threads, reuse)
     for calls in (2, 3, 4)
     for faulty in range(calls)
     for reword in (False, True)
     for chain in (False, True)
-    for threads in (1, 4)
+    for threads, reuse in ((1, True), (4, True), (1, False))
 ]
 
 
-@pytest.mark.parametrize("calls, faulty, reword, chain, threads", STAGE_WORLDS)
+@pytest.mark.parametrize("calls, faulty, reword, chain, threads, reuse", STAGE_WORLDS)
 def test_the_pseudo_label_of_a_predictor_called_several_times_is_the_call_the_hint_fixed(
-    calls, faulty, reword, chain, threads
+    calls, faulty, reword, chain, threads, reuse
 ):
     """Every small world: 2-4 calls, any of them at fault, answers reworded or not, calls chained or not."""
     dspy.configure(lm=fake_lm(StageWorld(faulty, reword)))
     train = stage_data(calls)
-    report = AgentGrad(stage_metric, max_rounds=1, num_threads=threads, **FAST).attribute(Stages(calls, chain), train)
+    optimizer = AgentGrad(stage_metric, max_rounds=1, num_threads=threads, reuse_calls=reuse, **FAST)
+    report = optimizer.attribute(Stages(calls, chain), train)
     records = report.attributed["step"]
     assert len(records) == len(train) and report.hard_cases == []
     for record in records:
@@ -149,20 +150,22 @@ def test_finding_the_call_costs_no_metric_call_under_an_lm_that_does_not_reword(
     calls, train = 3, stage_data(3)
     counts = {}
     for reword in (False, True):
-        metric_calls = []
+        for threads in (1, 4):
+            metric_calls = []
 
-        def metric(gold, pred, trace=None, pred_name=None, pred_trace=None, _calls=metric_calls):
-            _calls.append(1)
-            return stage_metric(gold, pred)
+            def metric(gold, pred, trace=None, pred_name=None, pred_trace=None, _calls=metric_calls):
+                _calls.append(1)
+                return stage_metric(gold, pred)
 
-        dspy.configure(lm=fake_lm(StageWorld(1, reword)))
-        report = AgentGrad(metric, max_rounds=1, **FAST).attribute(Stages(calls, chain=True), train)
-        assert [r.inputs["part"] for r in report.attributed["step"]] == ["ka stage1", "kb stage1"]
-        counts[reword] = len(metric_calls)
+            dspy.configure(lm=fake_lm(StageWorld(1, reword)))
+            optimizer = AgentGrad(metric, max_rounds=1, num_threads=threads, **FAST)
+            report = optimizer.attribute(Stages(calls, chain=True), train)
+            assert [r.inputs["part"] for r in report.attributed["step"]] == ["ka stage1", "kb stage1"]
+            counts.setdefault(reword, set()).add(len(metric_calls))
     # per example: its run and the hinted run; then under rewording the tries that hint one call alone: the first
     # call the hint changed (stage 0: its wording) and the latest (stage 2) fail and are scored; stage 1's try
     # fixes the run with the fixed run's output and takes its score
-    assert counts == {False: 4, True: 4 + 2 * 2}
+    assert counts == {False: {4}, True: {4 + 2 * 2}}, "the same at 1 and 4 threads"
 
 
 class TopicStages(dspy.Module):
