@@ -23,8 +23,12 @@ def _unencodable_text(value: Any) -> str | None:
     return next((bad for bad in map(_unencodable_text, items) if bad is not None), None)
 
 
-def check_examples(examples: Any, name: str) -> list[dspy.Example]:
-    """``examples`` as a list of usable ``dspy.Example``; otherwise an error that says how to build them."""
+def check_examples(examples: Any, name: str, durable: bool = False) -> list[dspy.Example]:
+    """``examples`` as a list of usable ``dspy.Example``; otherwise an error that says how to build them.
+
+    ``durable``: the examples' keys must mean the same in a later process (a ``log_dir`` is resumed), so a value
+    whose text is a memory address is refused. Within one process that text is stable (the examples live for
+    the whole run), so without a ``log_dir`` such a value is keyed by it."""
     if examples is not None and not isinstance(examples, (list, tuple)):
         if isinstance(examples, (str, bytes, dict, dspy.Example)) or not hasattr(examples, "__iter__"):
             raise TypeError(f"{name} must be a list of dspy.Example; got {type(examples).__name__}")
@@ -50,12 +54,14 @@ def check_examples(examples: Any, name: str) -> list[dspy.Example]:
                     f"as in {bad[:60]!r}); clean it, e.g. text.encode('utf-8', 'replace').decode('utf-8')"
                 )
             try:
-                stable_jsonable(value)
+                if durable:
+                    stable_jsonable(value)
             except UnstableValue as exc:
                 raise UnstableValue(
                     f"{name}[{i}] field {field_name!r} holds a {exc} object whose text differs in every process "
-                    "(its repr is a memory address), so the run could not be resumed or cached: store plain data "
-                    "there (str, numbers, lists, dicts, sets), or give the class a __str__ that describes its value"
+                    "(its repr is a memory address), so a run in log_dir could not be resumed: store plain data "
+                    "there (str, numbers, lists, dicts, sets), give the class a __str__ that describes its value, "
+                    "or run without log_dir"
                 ) from None
     return list(examples)
 

@@ -85,8 +85,22 @@ def check_number(
         return
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
     if not ok or not (low < value if low_open else low <= value) or value > high:
-        span = f"{'(' if low_open else '['}{low:g}, {high:g}]".replace("inf]", "inf)")
+        span = f"{'(' if low_open else '['}{low:g}, {high:g}]".replace("inf]", "inf)").replace("[-inf", "(-inf")
         raise ValueError(f"{name} must be a finite number in {span}{' or None' if optional else ''}; got {value!r}")
+
+
+def check_scores(max_score: object, failure_score: object, fix_threshold: object) -> None:
+    """Any finite ``max_score`` (the metric's best score); ``failure_score`` (what a failed run scores) below it,
+    so that a failure never counts as a success; ``fix_threshold`` in ``(failure_score, max_score]``."""
+    check_number("max_score", max_score, -math.inf, math.inf)
+    check_number("failure_score", failure_score, -math.inf, max_score)
+    if failure_score >= max_score:
+        raise ValueError(
+            f"failure_score={failure_score!r} must be below max_score={max_score!r}: a run that fails (an LM error, "
+            "a metric that raises) would count as a success; pass failure_score=<the metric's worst score>"
+            + (" (needed when max_score is 0 or below, e.g. failure_score=-100)" if max_score <= 0 else "")
+        )
+    check_number("fix_threshold", fix_threshold, failure_score, max_score, low_open=True, optional=True)
 
 
 @dataclass
@@ -199,10 +213,8 @@ class AgentGradConfig:
             check_int(name, getattr(self, name), 1)
         check_int("max_instruction_chars", self.max_instruction_chars, 50)
         check_int("seed", self.seed, None)
-        check_number("max_score", self.max_score, 0, math.inf, low_open=True)
+        check_scores(self.max_score, self.failure_score, self.fix_threshold)
         check_number("max_prompt_cost", self.max_prompt_cost, 0, math.inf, low_open=True, optional=True)
-        check_number("fix_threshold", self.fix_threshold, 0, self.max_score, low_open=True, optional=True)
-        check_number("failure_score", self.failure_score, 0, self.max_score)
         check_number("retry_backoff_s", self.retry_backoff_s, 0, math.inf)
         if not self.cluster_schedule or any(not _is_int(m) or m < 1 for m in self.cluster_schedule):
             raise ValueError(

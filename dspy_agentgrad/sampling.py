@@ -81,7 +81,7 @@ def _try_rewrites(
     paid = ran = repeats = 0
     for name, cluster in largest.items():
         proposal = engine.rewriter.rewrite(cluster, program)
-        if engine.rewriter.unusable(proposal, program[name]) is not None:
+        if engine.rewriter.unusable(proposal, program[name], name) is not None:
             continue  # a candidate the run could not judge: no win
         in_cluster = {id(g.record) for g in cluster.members}
         members = [g.record.example for g in cluster.members]

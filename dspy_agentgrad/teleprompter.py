@@ -191,12 +191,13 @@ class AgentGrad(Teleprompter):
         )
 
     def _plan(
-        self, student: dspy.Module, trainset: Any, valset: Any
+        self, student: dspy.Module, trainset: Any, valset: Any, durable: bool = False
     ) -> tuple[list[str], list[dspy.Example], list[dspy.Example], int | None, int | None]:
-        """Checked inputs: predictor names, train and validation sets, metric-call cap and round cap."""
+        """Checked inputs: predictor names, train and validation sets, metric-call cap and round cap.
+        ``durable``: the run is kept in ``log_dir``, so the examples' keys must hold in a later process."""
         names = predictor_names(student)
         check_optimize_predictors(self.config.optimize_predictors, names)
-        trainset = check_examples(trainset, "trainset")
+        trainset = check_examples(trainset, "trainset", durable)
         if valset is None:
             if len(trainset) < 2:
                 raise ValueError(
@@ -214,7 +215,7 @@ class AgentGrad(Teleprompter):
                 self.config.seed,
                 len(trainset),
             )
-        valset = check_examples(valset, "valset")
+        valset = check_examples(valset, "valset", durable)
         max_calls, max_rounds = self.config.max_metric_calls, self.config.max_rounds
         if self.config.auto is not None:
             max_calls = auto_budget(self.config.auto, len(names), len(valset))
@@ -271,7 +272,7 @@ class AgentGrad(Teleprompter):
         """Optimize ``student``'s instructions; returns a new program (``student`` is not changed)."""
         if kwargs:
             raise TypeError(f"compile() got unknown options {sorted(kwargs)}; set options on AgentGrad(...)")
-        names, trainset, valset, max_calls, max_rounds = self._plan(student, trainset, valset)
+        names, trainset, valset, max_calls, max_rounds = self._plan(student, trainset, valset, self.log_dir is not None)
         with (
             LogDirLock(self.log_dir) if self.log_dir is not None else nullcontext(),
             redacted_logs(self._redactor(student), logger),
@@ -356,7 +357,7 @@ class AgentGrad(Teleprompter):
                 priced="litellm" in sys.modules,
             ),
             lambda: parts.evaluator.ledger.by_phase["validate"],
-            self.config.max_score,
+            (self.config.failure_score, self.config.max_score),
             lambda: parts.evaluator.reused,
         )
         progress = ProgressBar(budget, self.progress, start_estimate.total)

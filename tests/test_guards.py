@@ -38,9 +38,10 @@ def compile_once(log_dir=None, metric_fn=feedback_metric, program=None, **option
     "option, value",
     [
         ("failure_score", 2.0),  # above max_score=1: a failing metric would beat a correct run
-        ("failure_score", -0.5),
+        ("failure_score", 1.0),  # equal to max_score: a failed run would count as a success
         ("failure_score", math.nan),
-        ("max_score", 0),
+        ("max_score", 0),  # with the default failure_score=0, a failed run would count as perfect
+        ("max_score", math.nan),
         ("max_score", math.inf),
         ("max_score", True),
         ("fix_threshold", math.nan),

@@ -17,8 +17,10 @@ import dspy
 from ..config import AgentGradConfig
 from ..program.evaluation import Evaluator, Intervention
 from ..program.hints import PLACEBOS, Hint, as_hint, leaks_label
-from ..program.runs import Outcome
+from ..program.interception import call_key
+from ..program.runs import Outcome, Step
 from ..runtime.budget import BudgetExhausted
+from ..runtime.jsonable import digest
 from .state import AttributionRecord, AttributionReport
 
 logger = logging.getLogger("dspy.agentgrad")
@@ -38,6 +40,44 @@ class Attribution:
     report: AttributionReport
     outcomes: list[Outcome]
     speculated: bool = False
+
+
+@dataclass(frozen=True)
+class PinCase:
+    """A failure some hints fixed, for :meth:`Attributor._pin_calls`: the run without the hint on the predictor
+    looked at (``witness``), the fixed run, the predictors hinted there, and those of them given a placebo."""
+
+    witness: Outcome
+    run: Outcome
+    targets: tuple[str, ...]
+    placebo: frozenset[str] = frozenset()
+
+
+def _twins(before: list[Step], after: list[Step]) -> list[tuple[Step | None, Step]]:
+    """Each call of ``after`` with the call of ``before`` that got the same inputs (each paired once), or None."""
+    unpaired, pairs = list(before), []
+    for step in after:
+        twin = next((s for s in unpaired if s.inputs == step.inputs), None)
+        if twin is not None:
+            unpaired.remove(twin)
+        pairs.append((twin, step))
+    return pairs
+
+
+def changed_calls(before: list[Step], after: list[Step]) -> list[tuple[Step | None, Step]]:
+    """The calls of a predictor a hint changed, earliest first: (the call of ``before``, the run without the hint,
+    it is paired with, the hinted call). A call is paired with the call of ``before`` that got the same inputs,
+    so a call whose inputs changed because an earlier call did is not taken, and the pairing holds when a
+    program runs the predictor in threads. When no call that kept its inputs answered differently, calls are
+    paired by call number (None: no such call). A hinted call that raised is never a pseudo-label."""
+
+    def differ(pairs: list[tuple[int, Step | None, Step]]) -> list[tuple[int, Step | None, Step]]:
+        return [(k, twin, step) for k, twin, step in pairs if twin is None or twin.shown_outputs() != step.outputs]
+
+    changed = differ([(twin.call, twin, step) for twin, step in _twins(before, after) if twin is not None])
+    if not changed:
+        changed = differ([(k, before[k] if k < len(before) else None, step) for k, step in enumerate(after)])
+    return [(twin, step) for _, twin, step in sorted(changed, key=lambda item: item[0]) if not step.error]
 
 
 def execution_order(outcomes: list[Outcome]) -> list[str]:
@@ -120,8 +160,10 @@ class Attributor:
                 self._speculating = reused >= SPECULATE_WHEN_REUSED * len(hinted)
                 if self._speculating:
                     self._hinted(examples, outcomes, [(i, (n,)) for n in levels[1:] for i in unresolved], ahead=True)
+            cases = {i: PinCase(outcomes[i], run, (name,)) for i, _, run in hinted if self._fixes(run, outcomes[i])}
+            pins = self._pin_calls(examples, outcomes, name, cases)
             for index, hints, result in hinted:
-                record = self._fix_record(examples[index], outcomes[index], result, name)
+                record = self._fix_record(examples[index], outcomes[index], result, name, pin=pins.get(index))
                 if record is None:
                     continue
                 record.leaked = leaks_label(hints[name], record.inputs, record.corrected)
@@ -164,6 +206,7 @@ class Attributor:
         ahead: bool = False,
         variant: int = 0,
         references: dict[int, tuple[Outcome, frozenset[str]]] | None = None,
+        only: dict[int, dict[str, str]] | None = None,
     ) -> list[tuple[int, dict[str, Hint], Outcome]]:
         """Run each failure ``index`` with hints on ``targets``; skips predictors that did not run or got no hint.
 
@@ -171,9 +214,10 @@ class Attributor:
         ``ahead``: only run the programs, unscored, for a later call to score (speculation); returns nothing.
         An item may name a third part: the targets that get the placebo ``PLACEBOS[variant]`` instead of their hint.
         ``references``: for a failure, the run to reuse calls and score from instead of the failure's own, and
-        the predictors hinted there (their calls, like the targets', are made anew).
+        the predictors hinted there (their calls, like the targets', are made anew). ``only``: for a failure,
+        the targets whose hint reaches only their calls with a given call key (:func:`call_key`).
         """
-        references = references or {}
+        references, only = references or {}, only or {}
         jobs: list[tuple[int, dict[str, Hint], Intervention]] = []
         for index, targets, *placebo in items:
             outcome = outcomes[index]
@@ -190,7 +234,8 @@ class Attributor:
             replay = [step for step in outcome.steps if step.name in run_order[:earliest]]
             texts = {t: h.text for t, h in hints.items()}
             reference, differs = references.get(index, (outcome, frozenset()))
-            jobs.append((index, hints, Intervention(examples[index], texts, replay, reference, differs)))
+            job = Intervention(examples[index], texts, replay, reference, differs, only.get(index, {}))
+            jobs.append((index, hints, job))
         if not jobs:
             return []
         if ahead:
@@ -223,37 +268,70 @@ class Attributor:
         return result.score >= self.fix_score and result.score > original.score
 
     def _fix_record(
-        self, example: dspy.Example, original: Outcome, result: Outcome, name: str, witness: Outcome | None = None
+        self,
+        example: dspy.Example,
+        original: Outcome,
+        result: Outcome,
+        name: str,
+        witness: Outcome | None = None,
+        pin: tuple[Step, Outcome] | None = None,
     ) -> AttributionRecord | None:
         """The pseudo-label of predictor ``name`` when ``result`` fixes the failure; None when the run is
         not fixed or the hint changed none of the predictor's outputs.
 
-        The call taken is the earliest one (by call number in ``witness``, the run without this hint;
-        the original run by default) that got the same inputs in both runs and answered differently:
-        the call the hint changed, not one whose inputs changed because an earlier call did. Calls are
-        paired by inputs, so the pairing holds when a program runs the predictor in threads. When no
-        call kept its inputs, calls are paired by call number.
+        ``pin``: the call the hint fixed, found by :meth:`_pin_calls` (a call of ``witness``, the run without
+        this hint, the original run by default), and the run where only that call got the hint: the label is
+        that call's answer there. Otherwise the call taken is the one :func:`changed_calls` lists first.
         """
         if not self._fixes(result, original):
             return None
-        before, after = (witness or original).calls(name), result.calls(name)
-        unpaired, changed = list(before), []
-        for fixed in after:
-            twin = next((step for step in unpaired if step.inputs == fixed.inputs), None)
-            if twin is not None:
-                unpaired.remove(twin)
-                if twin.outputs != fixed.outputs:
-                    changed.append((twin.call, twin.outputs, fixed))
-        if not changed:
-            changed = [
-                (k, before[k].outputs if k < len(before) else {}, fixed)
-                for k, fixed in enumerate(after)
-                if k >= len(before) or before[k].outputs != fixed.outputs
-            ]
+        if pin is not None:
+            call, run = pin
+            key = call_key(name, call.inputs, call.setting)
+            fixed = next(s for s in run.calls(name) if not s.error and call_key(name, s.inputs, s.setting) == key)
+            return AttributionRecord(
+                example, fixed.inputs, call.shown_outputs(), fixed.outputs, original.feedback, original.outputs
+            )
+        changed = changed_calls((witness or original).calls(name), result.calls(name))
         if not changed:
             return None
-        _, unhinted, fixed = min(changed, key=lambda item: item[0])
+        twin, fixed = changed[0]
+        unhinted = twin.shown_outputs() if twin is not None else {}
         return AttributionRecord(example, fixed.inputs, unhinted, fixed.outputs, original.feedback, original.outputs)
+
+    def _pin_calls(
+        self, examples: list[dspy.Example], outcomes: list[Outcome], name: str, cases: dict[int, PinCase]
+    ) -> dict[int, tuple[Step, Outcome]]:
+        """For each failure a set of hints fixed (``cases``) where more than one call of ``name`` answered anew,
+        the call the hint on ``name`` fixed, and the run that shows it.
+
+        An LM that words its answer anew whenever its prompt changes makes a hint change every call of a
+        predictor called several times, so which answer mattered cannot be read from the texts. The calls of the
+        run without the hint are tried one at a time, each alone getting the hint (the others of the fixing set
+        keep theirs): first the call :func:`changed_calls` would take, then the others, latest first (the nearest
+        to the output). The first whose hint alone fixes the failure is the call the hint fixed. Each try takes
+        the fixed run as reference, so a try whose output equals it costs no metric call (under an LM that does
+        not reword, the first try). No try fixes: no pin (the first changed call is taken)."""
+        pending: dict[int, list[Step]] = {}
+        for index, case in cases.items():
+            before, after = case.witness.calls(name), case.run.calls(name)
+            kept = {(digest(t.inputs), digest(t.outputs)) for t in before}
+            if sum(not s.error and (digest(s.inputs), digest(s.outputs)) not in kept for s in after) < 2:
+                continue  # one call (or none) answered anew: changed_calls finds it
+            first = [twin for twin, _ in changed_calls(before, after)[:1] if twin is not None]
+            tries = {call_key(name, s.inputs, s.setting): s for s in [*first, *reversed(before)]}
+            pending[index] = list(tries.values())
+        pins: dict[int, tuple[Step, Outcome]] = {}
+        phase = "intervene" if all(len(case.targets) == 1 for case in cases.values()) else "cumulative"
+        for position in range(max((len(tries) for tries in pending.values()), default=0)):
+            live = {i: tries[position] for i, tries in pending.items() if position < len(tries) and i not in pins}
+            items = [(i, cases[i].targets, cases[i].placebo) for i in live]
+            references = {i: (cases[i].run, frozenset()) for i in live}
+            only = {i: {name: call_key(name, call.inputs, call.setting)} for i, call in live.items()}
+            for index, _, result in self._hinted(examples, outcomes, items, phase, references=references, only=only):
+                if self._fixes(result, outcomes[index]):
+                    pins[index] = (live[index], result)
+        return pins
 
     def _cumulative(self, examples, outcomes, unresolved, order, attributed) -> None:
         """Failures no single hint fixes: keep the hints on later predictors while adding earlier ones.
@@ -275,10 +353,25 @@ class Attributor:
                     fixed[index] = (list(hints), result)
                     del chains[index]
             pruned = self._prune(examples, outcomes, fixed)
-            self._placebo(examples, outcomes, fixed, pruned)
+            placed = self._placebo(examples, outcomes, fixed, pruned)
+            pins = {}
+            for name in order:
+                cases = {
+                    i: PinCase(
+                        witnesses.get(name, outcomes[i]),
+                        run,
+                        tuple(n for n in fixed[i][0] if n in kept or n in placed[i]),
+                        frozenset(placed[i]),
+                    )
+                    for i, (kept, witnesses, run) in pruned.items()
+                    if name in kept
+                }
+                pins[name] = self._pin_calls(examples, outcomes, name, cases)
             for index, (kept, witnesses, run) in pruned.items():
                 records = {
-                    name: self._fix_record(examples[index], outcomes[index], run, name, witnesses.get(name))
+                    name: self._fix_record(
+                        examples[index], outcomes[index], run, name, witnesses.get(name), pins[name].get(index)
+                    )
                     for name in kept
                 }
                 records = {n: r for n, r in records.items() if r is not None}
@@ -318,7 +411,7 @@ class Attributor:
                     witnesses[dropped] = result
         return state
 
-    def _placebo(self, examples, outcomes, fixed: dict, pruned: dict) -> None:
+    def _placebo(self, examples, outcomes, fixed: dict, pruned: dict) -> dict[int, set[str]]:
         """The causal control of a kept hint: dropping it also reverts its predictor's prompt, so under an LM
         that rewords its output whenever its prompt changes, a fix may come from that wording alone (and the
         earliest hint, added last, is never dropped at all). Each kept hint but the latest (a wording can only
@@ -351,6 +444,7 @@ class Attributor:
                         placed[index].add(testing.pop(index))
                         self._placebo_withheld += 1
                         pruned[index] = (kept, witnesses, result)
+        return placed
 
     def _assign_round_robin(self, examples, outcomes, unresolved, order, attributed, round_index: int) -> None:
         """Ablation without target identification: this round's predictor takes every failure."""

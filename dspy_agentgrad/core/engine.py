@@ -347,7 +347,7 @@ class RoundEngine:
         current = program[name]
         record = CandidateRecord(state.round_index, name, len(cluster.members), minimum, cluster.text, current, None)
         proposal = self.rewriter.rewrite(cluster, program)
-        problem = self.rewriter.unusable(proposal, current)
+        problem = self.rewriter.unusable(proposal, current, name)
         if proposal is not None and proposal.strip() != current.strip():
             record.instruction = proposal
         if problem is not None:

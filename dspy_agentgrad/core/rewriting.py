@@ -12,6 +12,9 @@ from .state import Cluster, RunState
 #: Cases of the cluster (original vs corrected output) and rejected rewrites the rewrite role sees.
 REWRITE_EXAMPLES = 3
 REJECTED_SHOWN = 5
+#: Room a rewrite of an instruction that starts over ``max_instruction_chars`` gets beyond its starting length,
+#: as a share of the cap (a ReAct agent's instruction lists its tools and their argument schemas).
+OVER_CAP_ROOM = 0.25
 
 
 class Rewriter:
@@ -23,6 +26,14 @@ class Rewriter:
         self.proposer = proposer
         self.signatures = signatures
         self.state = state
+        self.starting_chars = {name: len(state.instructions[name]) for name in state.instructions}
+
+    def max_chars(self, predictor: str | None) -> int:
+        """The longest rewrite of ``predictor``: ``max_instruction_chars``, or for an instruction that was already
+        longer when the run started, its starting length plus ``OVER_CAP_ROOM`` of the cap (else no rewrite
+        could ever be judged)."""
+        cap, start = self.config.max_instruction_chars, self.starting_chars.get(predictor or "", 0)
+        return cap if start <= cap else start + int(cap * OVER_CAP_ROOM)
 
     def request(self, cluster: Cluster, program: Mapping[str, str] | None = None) -> RewriteRequest:
         """What the rewrite role sees for ``cluster``: feedback, a few cases, this step's rejected rewrites.
@@ -41,19 +52,27 @@ class Rewriter:
             gradients=[g.text for g in cluster.members],
             examples=shown,
             rejected=self.state.rejected_rewrites(name)[-REJECTED_SHOWN:],
-            max_chars=self.config.max_instruction_chars,
+            max_chars=self.max_chars(name),
         )
 
     def rewrite(self, cluster: Cluster, program: Mapping[str, str] | None = None) -> str | None:
         """The rewrite role's new instruction for ``cluster`` (None when it failed)."""
         return self.proposer.rewrite(self.request(cluster, program))
 
-    def unusable(self, proposal: str | None, current: str) -> str | None:
-        """Why ``proposal`` cannot be judged against ``current`` (the candidate's reason), or None."""
+    def unusable(self, proposal: str | None, current: str, predictor: str | None = None) -> str | None:
+        """Why ``proposal`` (a rewrite of ``predictor``) cannot be judged against ``current`` (the candidate's
+        reason), or None."""
         if proposal is None:
             return "rewrite failed"
         if proposal.strip() == current.strip():
             return "rewrite unchanged"
-        if len(proposal) > self.config.max_instruction_chars:
-            return f"rewrite longer than max_instruction_chars={self.config.max_instruction_chars}"
-        return None
+        cap, start = self.max_chars(predictor), self.starting_chars.get(predictor or "", 0)
+        if len(proposal) <= cap:
+            return None
+        if cap == self.config.max_instruction_chars:
+            return f"rewrite longer than max_instruction_chars={cap} ({len(proposal)} characters)"
+        return (
+            f"rewrite longer than {cap} characters ({len(proposal)}): the starting instruction was already over "
+            f"max_instruction_chars={self.config.max_instruction_chars} ({start} characters), so its rewrites may "
+            f"have up to {cap}"
+        )

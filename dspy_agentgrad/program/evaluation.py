@@ -25,7 +25,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import dspy
 
@@ -49,16 +49,18 @@ AHEAD_KEY_PREFIX = "ahead:"
 @dataclass
 class Intervention:
     """Re-run ``example`` with ``hints`` (predictor name -> hint) given to every call of those
-    predictors; the calls in ``replay`` (of predictors that ran before them) are replayed.
-    ``original`` is the run whose calls and score are reused (same instructions; by default the run
-    intervened on, with no hints); ``differs`` names the predictors besides the hinted ones whose calls
-    may differ from it (those hinted there)."""
+        predictors; the calls in ``replay`` (of predictors that ran before them) are replayed.
+        ``original`` is the run whose calls and score are reused (same instructions; by default the run
+        intervened on, with no hints); ``differs`` names the predictors besides the hinted ones whose calls
+        may differ from it (those hinted there). ``only``: a predictor whose hint reaches only some of its calls
+    (the calls with that :func:`interception.call_key`): to find which of several calls a hint fixed."""
 
     example: dspy.Example
     hints: dict[str, str]
     replay: list[Step]
     original: Outcome | None = None
     differs: frozenset[str] = frozenset()
+    only: dict[str, str] = field(default_factory=dict)  # hinted predictor -> call key of the calls its hint reaches
 
 
 def _changed(instructions: Mapping[str, str], other: Mapping[str, str]) -> frozenset[str]:
@@ -115,7 +117,7 @@ class Evaluator:
         outcomes = self.evaluate_many([(instructions, examples)], phase)[0]
         if not self._first_runs_checked:
             self._first_runs_checked = True
-            check_first_runs(outcomes)
+            check_first_runs(outcomes, self.runner.metric.called_as)
         return outcomes
 
     def evaluate_many(
@@ -259,12 +261,16 @@ class Evaluator:
     ) -> tuple[list[str], Callable[[int], Execution]]:
         """The keys of hinted runs, and the program run of ``items[i]`` (not scored)."""
         sk = state_key(instructions)
-        keys = [f"hint:{sk}:{example_key(it.example)}:{digest(it.hints)}" for it in items]
+        keys = [
+            f"hint:{sk}:{example_key(it.example)}:{digest(it.hints)}" + (f":{digest(it.only)}" if it.only else "")
+            for it in items
+        ]
 
         def execute(i: int) -> Execution:
             it = items[i]
+            reference = self._intervention_reference(it)
             return self.runner.execute(
-                it.example, instructions, hints=it.hints, replay=it.replay, reference=self._intervention_reference(it)
+                it.example, instructions, hints=it.hints, replay=it.replay, reference=reference, only=it.only
             )
 
         return keys, execute

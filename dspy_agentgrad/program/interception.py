@@ -14,7 +14,13 @@ Replay is keyed by (predictor, inputs, occurrence), not by position, so it survi
 threads inside the program: a call of a predictor that ran before the hinted one gets
 back a copy of the ``Prediction`` it returned, taken at call time (types intact) or, after a
 resume, one rebuilt from the signature's output types; a call that cannot be replayed
-runs live and is counted.
+runs live and is counted. A call that raised (a parse failure) is a step too, with its error
+and no outputs, so its predictor can be hinted and blamed; it is never replayed.
+
+A thread the program starts itself (``concurrent.futures.ThreadPoolExecutor``, ``threading.Thread``)
+does not inherit the context: a predictor called there would run outside the run, unrecorded, under
+the user's instruction and past the task-LM caps. Such a call makes no LM call; it raises
+:class:`CallOutsideRun` and the run stops with an error that names the predictor.
 
 A run may also name a :class:`Reference`: an earlier run of the same example. Calls of
 predictors whose instruction and hint are the same in both runs, with the same inputs,
@@ -41,6 +47,7 @@ from dspy.signatures.signature import ensure_signature
 
 from ..runtime.budget import Budget, TaskCapReached, task_ticket
 from ..runtime.jsonable import digest, to_jsonable
+from ..runtime.retries import error_kind
 from ..runtime.usage import empty_usage, track
 from .hints import answer_fields
 from .program_state import ProgramState, as_examples
@@ -50,11 +57,13 @@ HINT_HEADER = "Hint for this example only (use it to produce a correct output):"
 HINT_FIELD = "example_hint"  # not dspy.Refine's "hint_": Refine overwrites that one with its own advice
 HINT_FIELD_DESC = "a hint for this example only: use it to produce a correct output"
 HINT_DELIVERIES = ("input_field", "instruction", "demo")
+ERROR_CHARS = 500  # of a failed call's error kept in its step
 CONTROL_KEY = "agentgrad_run"
 _NAME_ATTR = "_agentgrad_name"
 
 
-def _inputs_key(name: str, inputs: dict[str, Any], setting: str = "") -> str:
+def call_key(name: str, inputs: dict[str, Any], setting: str = "") -> str:
+    """What tells a predictor's calls apart within a run: its inputs and call setting (replay, per-call hints)."""
     return f"{name}:{digest(inputs)}:{setting}"
 
 
@@ -81,19 +90,22 @@ class RunControl:
         replay: Iterable[Step] = (),
         reuse: Iterable[Step] = (),
         budget: Budget | None = None,
+        only: dict[str, str] | None = None,
     ):
         """``instructions``: the program to run (instructions and added demonstrations); ``replay``: calls that
         must be replayed (a miss is counted); ``reuse``: calls that may be; ``budget``: the task-LM caps every
-        live call is admitted against (None: no cap)."""
+        live call is admitted against (None: no cap); ``only``: for a hinted predictor, the :func:`call_key` of
+        the calls that get its hint (its other calls get none)."""
         self.instructions = instructions
         self.budget = budget
         self.capped: TaskCapReached | None = None  # a call was refused: the run must not be scored
         self.hints = dict(hints or {})
-        replay, reuse = list(replay), list(reuse)
+        self.only = dict(only or {})
+        replay, reuse = [s for s in replay if not s.error], [s for s in reuse if not s.error]  # a failure runs anew
         self._lock = threading.Lock()
         self._replay: dict[str, list[Step]] = defaultdict(list)
         for step in replay + reuse:
-            self._replay[_inputs_key(step.name, step.inputs, step.setting)].append(step)
+            self._replay[call_key(step.name, step.inputs, step.setting)].append(step)
         self.replay_names = frozenset(step.name for step in replay)
         self.reuse_names = frozenset(step.name for step in reuse)
         self._next_call: dict[str, int] = defaultdict(int)
@@ -101,6 +113,12 @@ class RunControl:
         self._recorded: list[tuple[int, Step]] = []
         self.replay_misses = 0
         self.predictor_errors: list[BaseException] = []
+
+    def hint_for(self, name: str, key: str) -> str | None:
+        """The hint of the call of ``name`` whose :func:`call_key` is ``key`` (None: the call gets none)."""
+        if name in self.only and self.only[name] != key:
+            return None
+        return self.hints.get(name)
 
     def start_call(self, name: str) -> tuple[int, int]:
         """A run-wide sequence number and this predictor's call number."""
@@ -113,7 +131,7 @@ class RunControl:
     def take_replay(self, name: str, inputs: dict[str, Any], setting: str = "") -> Step | None:
         """The recorded call to hand back for this predictor, inputs and call setting, if one is left."""
         with self._lock:
-            queue = self._replay.get(_inputs_key(name, inputs, setting))
+            queue = self._replay.get(call_key(name, inputs, setting))
             return queue.pop(0) if queue else None
 
     def record(self, sequence: int, step: Step) -> None:
@@ -256,7 +274,7 @@ class _Call:
             kwargs["demos"] = list(kwargs.get("demos") or self.predictor.demos) + as_examples(added)
         base = ensure_signature(kwargs.pop("signature", self.predictor.signature))
         instruction = self.control.instructions[self.name]
-        hint = self.control.hints.get(self.name)
+        hint = self.control.hint_for(self.name, call_key(self.name, self.inputs, self.setting))
         if hint:
             demos = kwargs.get("demos") or self.predictor.demos
             signature, inputs = hinted_call(base, instruction, hint, self.delivery, kwargs, demos)
@@ -264,7 +282,11 @@ class _Call:
         return {**kwargs, "signature": instructed(base, instruction)}
 
     def failed(self, error: BaseException) -> None:
+        """Keep the error, and the call as a step with it (no outputs), so its predictor can be blamed."""
         self.control.predictor_error(error)
+        text = f"{error_kind(error)}: {error}"
+        text = text if len(text) <= ERROR_CHARS else text[:ERROR_CHARS] + " [...]"
+        self.control.record(self.sequence, Step(self.name, self.inputs, {}, self.call, None, self.setting, text))
 
     @contextmanager
     def admitted(self, kwargs: dict) -> Iterator[None]:
@@ -295,9 +317,46 @@ class _Call:
         return prediction
 
 
+class CallOutsideRun(RuntimeError):
+    """A predictor of the program was called in a thread the run's context did not reach."""
+
+
+class OutsideCalls:
+    """The predictors called outside a run, shared by a program copy's predictors and their deep copies."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.names: list[str] = []
+
+    def __deepcopy__(self, memo: dict) -> OutsideCalls:
+        return self  # dspy.Refine's per-attempt copies report to the same runner
+
+    def refuse(self, name: str) -> None:
+        """Note the call and refuse it (no LM call is made)."""
+        with self._lock:
+            self.names.append(name)
+        raise CallOutsideRun(_outside_message(name))
+
+    def check(self) -> None:
+        """Raise :class:`CallOutsideRun` when a predictor was called outside a run (even if the program caught it)."""
+        with self._lock:
+            names = list(self.names)
+        if names:
+            raise CallOutsideRun(_outside_message(names[0]))
+
+
+def _outside_message(name: str) -> str:
+    return (
+        f"predictor {name!r} was called in a thread the program started itself (a concurrent.futures."
+        "ThreadPoolExecutor or threading.Thread inside forward), which does not inherit DSPy's context: AgentGrad "
+        "could neither record, hint nor cap that call. Run it with dspy.Parallel or module.batch, or submit it "
+        "with the caller's context: ctx = contextvars.copy_context(); pool.submit(ctx.run, predictor, **inputs)"
+    )
+
+
 def _intercepted_forward(self: dspy.Predict, **kwargs):
     if dspy.settings.get(CONTROL_KEY) is None:
-        return type(self).forward(self, **kwargs)
+        self._agentgrad_outside.refuse(getattr(self, _NAME_ATTR))
     call = _Call(self, self._agentgrad_delivery, kwargs)
     replayed = call.replay()
     if replayed is not None:
@@ -314,7 +373,7 @@ def _intercepted_forward(self: dspy.Predict, **kwargs):
 
 async def _intercepted_aforward(self: dspy.Predict, **kwargs):
     if dspy.settings.get(CONTROL_KEY) is None:
-        return await type(self).aforward(self, **kwargs)
+        self._agentgrad_outside.refuse(getattr(self, _NAME_ATTR))
     call = _Call(self, self._agentgrad_delivery, kwargs)
     replayed = call.replay()
     if replayed is not None:
@@ -329,8 +388,8 @@ async def _intercepted_aforward(self: dspy.Predict, **kwargs):
         raise
 
 
-def intercept(predictor: dspy.Predict, name: str, delivery: str) -> None:
-    """Route the predictor's calls through the run control.
+def intercept(predictor: dspy.Predict, name: str, delivery: str, outside: OutsideCalls) -> None:
+    """Route the predictor's calls through the run control; a call outside any run is noted in ``outside``.
 
     The hooks are bound methods of the predictor itself, so a ``deepcopy`` of the
     program (``Refine``/``BestOfN`` copy it per attempt and set that copy's LM) rebinds
@@ -338,6 +397,7 @@ def intercept(predictor: dspy.Predict, name: str, delivery: str) -> None:
     """
     setattr(predictor, _NAME_ATTR, name)
     predictor._agentgrad_delivery = delivery
+    predictor._agentgrad_outside = outside
     predictor.forward = _intercepted_forward.__get__(predictor)
     predictor.aforward = _intercepted_aforward.__get__(predictor)
 
@@ -347,6 +407,6 @@ def released(program: dspy.Module) -> dspy.Module:
     bound methods that pickle cannot name) and is intercepted again where it is unpickled."""
     copy_ = program.deepcopy()
     for _, predictor in copy_.named_predictors():
-        for attr in ("forward", "aforward", _NAME_ATTR, "_agentgrad_delivery"):
+        for attr in ("forward", "aforward", _NAME_ATTR, "_agentgrad_delivery", "_agentgrad_outside"):
             predictor.__dict__.pop(attr, None)
     return copy_

@@ -9,6 +9,7 @@ import logging
 import threading
 import traceback
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
 import dspy
@@ -20,8 +21,8 @@ from ..runtime.redaction import Redactor
 from ..runtime.retries import FirstRunsFailed, RetryPolicy, error_kind, is_transient, retry_here, setup_fix
 from ..runtime.usage import empty_usage, track
 from .awaiting import resolved
-from .interception import CONTROL_KEY, RunControl, intercept, released
-from .metric import Metric, MetricError, check_score_range
+from .interception import CONTROL_KEY, OutsideCalls, RunControl, intercept, released
+from .metric import Metric, MetricError, checked_score
 from .program_state import ProgramState
 from .runs import Execution, Outcome, Reference, Step
 
@@ -42,9 +43,10 @@ def _is_async(program: dspy.Module) -> bool:
     return getattr(type(program), "forward", None) is None and getattr(type(program), "aforward", None) is not None
 
 
-def check_first_runs(outcomes: list[Outcome]) -> None:
+def check_first_runs(outcomes: list[Outcome], metric_call: str = "metric(example, prediction, trace=None)") -> None:
     """Stop when every one of the program's first runs failed the same way, for a cause no rewrite can fix:
-    an error of the program's own, a forward() returning None, a metric that raises, an LM that refuses."""
+    an error of the program's own, a forward() returning None, a metric that raises, an LM that refuses.
+    ``metric_call``: how the metric was called (:attr:`Metric.called_as`), for the message."""
     errors = {o.error for o in outcomes}
     if not outcomes or len(errors) != 1 or None in errors:
         return
@@ -61,9 +63,8 @@ def check_first_runs(outcomes: list[Outcome]) -> None:
         )
     if family == "metric":
         raise FirstRunsFailed(
-            f"the metric raised {name} on {runs}: {detail}. Fix the metric: it is called as metric(example, "
-            "prediction, trace=None) and must return a score; as it is, every run scores failure_score and "
-            "nothing can be learned"
+            f"the metric raised {name} on {runs}: {detail}. Fix the metric: it was called as {metric_call} and "
+            "must return a score; as it is, every run scores failure_score and nothing can be learned"
         )
     if family == "timeout":
         option = "run_timeout_s" if kind == TIMEOUT_RUN else "metric_timeout_s"
@@ -93,11 +94,11 @@ class ProgramRunner:
     """Runs a private copy of the user's program under chosen instructions.
 
     Program errors (LM failures, parse failures) are retried when transient and
-    otherwise scored as a failure (score 0) with the error recorded; they never
-    count as a success. An error the program raises outside any predictor call is
-    counted as ``program:<Type>``. A metric that raises scores ``failure_score``
-    (transient metric errors are retried first); one that returns a non-score raises
-    :class:`MetricError` at once.
+    otherwise scored as a failure (``failure_score``, below ``max_score``) with the error
+    recorded; they never count as a success. An error the program raises outside any
+    predictor call is counted as ``program:<Type>``. A metric that raises scores
+    ``failure_score`` too (transient metric errors are retried first); one that returns a
+    non-score raises :class:`MetricError` at once.
     """
 
     def __init__(
@@ -128,21 +129,23 @@ class ProgramRunner:
         self._metric_error_logged = False
         self._lock = threading.Lock()
         self.hint_delivery = hint_delivery
+        self.outside = OutsideCalls()
         self._intercept()
 
     def _intercept(self) -> None:
         for name, predictor in self.program.named_predictors():
-            intercept(predictor, name, self.hint_delivery)
+            intercept(predictor, name, self.hint_delivery, self.outside)
 
     def __getstate__(self) -> dict:
         """What a remote worker needs to make runs (:mod:`.executor`): the program without its hooks, no lock."""
-        state = {k: v for k, v in self.__dict__.items() if k != "_lock"}
+        state = {k: v for k, v in self.__dict__.items() if k not in ("_lock", "outside")}
         state["program"] = released(self.program)
         return state
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
         self._lock = threading.Lock()
+        self.outside = OutsideCalls()
         self._intercept()
 
     def run(
@@ -166,8 +169,10 @@ class ProgramRunner:
         hints: dict[str, str] | None = None,
         replay: Iterable[Step] = (),
         reference: Reference | None = None,
+        only: dict[str, str] | None = None,
     ) -> Execution:
-        """Run the program (retrying transient errors) without scoring it: no metric call."""
+        """Run the program (retrying transient errors) without scoring it: no metric call. ``only``: per hinted
+        predictor, the call key of the calls that get its hint (:class:`interception.RunControl`)."""
         attempt = timeouts = 0
         total_usage = empty_usage()
         replay = list(replay)
@@ -175,7 +180,7 @@ class ProgramRunner:
         track_usage = bool(dspy.settings.get("track_usage"))
         while True:
             attempt += 1
-            control = RunControl(ProgramState.of(instructions), hints, replay, reuse, self.task_budget)
+            control = RunControl(ProgramState.of(instructions), hints, replay, reuse, self.task_budget, only)
             lm = {"lm": self.task_model} if self.task_model else {}
             per_lm: dict[str, dict] = {}
             try:
@@ -186,6 +191,7 @@ class ProgramRunner:
                 prediction, error = None, exc
             if control.capped is not None:  # raised here even when the program caught the refusal
                 raise control.capped
+            self.outside.check()  # likewise: a predictor the run's context did not reach
             for key in total_usage:
                 total_usage[key] += usage[key]
             timeouts += isinstance(error, CallTimeout)
@@ -193,7 +199,8 @@ class ProgramRunner:
                 continue
             if track_usage and error is None and hasattr(prediction, "set_lm_usage"):
                 prediction.set_lm_usage(per_lm)  # what DSPy attaches under track_usage, from this run's own tracker
-            steps, misses = control.steps(), control.replay_misses
+            steps = [replace(s, error=self.redact(s.error)) if s.error else s for s in control.steps()]
+            misses = control.replay_misses
             return Execution(prediction, error, steps, total_usage, attempt, misses, control.predictor_errors)
 
     def _call_program(self, example: dspy.Example) -> Any:
@@ -212,13 +219,13 @@ class ProgramRunner:
             elif not _raised_in_predictor(error, execution.predictor_errors) and not is_transient(error):
                 kind = "program:" + type(error).__name__
             feedback = self.redact(f"The program failed: {kind}: {error}")
-            outcome = Outcome(0.0, feedback, kind, steps, {}, usage, attempts)
+            outcome = Outcome(self.failure_score, feedback, kind, steps, {}, usage, attempts)
         elif execution.prediction is None:
             feedback = (
                 f"The program failed: {RETURNED_NONE}: {type(self.program).__name__}.forward() returned None; "
                 "it must return its outputs (e.g. return dspy.Prediction(answer=...)): check for a missing return"
             )
-            outcome = Outcome(0.0, feedback, RETURNED_NONE, steps, {}, usage, attempts)
+            outcome = Outcome(self.failure_score, feedback, RETURNED_NONE, steps, {}, usage, attempts)
         else:
             outcome = self._score(example, execution.prediction, steps, usage, attempts, reference)
         outcome.replay_misses = execution.replay_misses
@@ -258,11 +265,10 @@ class ProgramRunner:
             for key in total_usage:  # an LLM-judge metric's own LM calls
                 total_usage[key] += usage[key]
             if error is None:
-                if self.max_score is not None:
-                    check_score_range(result.score, self.max_score, example)
+                score = result.score if self.max_score is None else checked_score(result.score, self.max_score, example)
                 feedback = self.redact(result.feedback)
                 return Outcome(
-                    result.score, feedback, None, steps, outputs, total_usage, attempts, objectives=result.objectives
+                    score, feedback, None, steps, outputs, total_usage, attempts, objectives=result.objectives
                 )
             timeouts += isinstance(error, CallTimeout)
             if self._try_again(error, attempt, timeouts):

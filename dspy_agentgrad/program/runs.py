@@ -25,18 +25,32 @@ class Step:
     call: int = 0
     prediction: Any = field(default=None, repr=False, compare=False)
     setting: str = ""  # a digest of the call's own demos, config and LM, when it passed any
+    error: str = ""  # the call raised (a parse failure, an LM error): its kind and message; it has no outputs
 
     def to_dict(self) -> dict:
         """The journaled form (the live prediction stays in memory)."""
         data = {"name": self.name, "call": self.call, "inputs": self.inputs, "outputs": self.outputs}
         if self.setting:
             data["setting"] = self.setting
+        if self.error:
+            data["error"] = self.error
         return data
 
     @classmethod
     def from_dict(cls, data: dict) -> Step:
         """Read back :meth:`to_dict` (a journal line after a resume)."""
-        return cls(data["name"], data["inputs"], data["outputs"], data.get("call", 0), setting=data.get("setting", ""))
+        return cls(
+            data["name"],
+            data["inputs"],
+            data["outputs"],
+            data.get("call", 0),
+            setting=data.get("setting", ""),
+            error=data.get("error", ""),
+        )
+
+    def shown_outputs(self) -> dict[str, Any]:
+        """The outputs, or for a call that raised, its error: what the call gave, as the prompt LM is shown it."""
+        return {"error": self.error} if self.error else self.outputs
 
 
 @dataclass

@@ -354,10 +354,10 @@ class StartEstimate(AgentGradCallback):
     its hard cases, and the share of rewrites that won on their cluster so far.
     """
 
-    def __init__(self, estimate_from, validation_usage, max_score: float, reused=lambda: 0):
+    def __init__(self, estimate_from, validation_usage, score_range: tuple[float, float], reused=lambda: 0):
         self.estimate_from = estimate_from
         self.validation_usage = validation_usage
-        self.max_score = max_score
+        self.score_range = score_range  # (failure_score, max_score): a mean score's place between them
         self.reused = reused
         self.sample: SampleStats | None = None  # what the projections at round ends start from
         self.first_round: tuple[int, int] | None = None  # metric calls and reused runs when round 0 began
@@ -375,7 +375,8 @@ class StartEstimate(AgentGradCallback):
     def on_validation_scored(self, event: ValidationScored) -> None:
         if event.candidate is not None or self.estimate is not None:
             return
-        failure_rate = min(1.0, max(0.0, 1 - event.score / self.max_score))
+        low, top = self.score_range
+        failure_rate = min(1.0, max(0.0, (top - event.score) / (top - low)))
         sample = SampleStats(self.n_val, failure_rate, dict(self.validation_usage()), time.time() - self.started)
         self.estimate, self.sample = self.estimate_from(sample), sample
         self.projected = self.estimate.metric_calls
