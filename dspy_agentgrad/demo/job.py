@@ -252,6 +252,12 @@ def main(argv: list[str] | None = None) -> None:
         choices=["auto", "on", "off"],
         help="llama.cpp's extra CPU buffer types (AMX, repacked weights); auto: off where the CPU has AMX",
     )
+    demo.add_argument(
+        "--drafts",
+        default="on",
+        choices=["on", "off"],
+        help="speculative decoding with drafts from the reply format and the prompt (docs/embedded-lm.md)",
+    )
     demo.add_argument("--seed", type=int, default=defaults.seed)
     demo.add_argument("--threads", type=int, default=defaults.num_threads)
     demo.add_argument("--out", type=Path, default=Path("runs/demo"))
@@ -264,8 +270,9 @@ def main(argv: list[str] | None = None) -> None:
     dspy.configure_cache(enable_disk_cache=False, enable_memory_cache=True)
     print("DSPy's cache: in memory for this run only (nothing is replayed from an earlier run)")
     extra_buffers = {"auto": None, "on": True, "off": False}[args.extra_buffers]
+    engine = {"extra_buffers": extra_buffers, "drafts": args.drafts == "on"}
     task_lm = (
-        demo_task.demo_lm(limits=OutputLimits(str_chars=args.str_chars), extra_buffers=extra_buffers)
+        demo_task.demo_lm(limits=OutputLimits(str_chars=args.str_chars), **engine)
         if args.lm == "local"
         else dspy.LM(args.lm)
     )
@@ -273,7 +280,7 @@ def main(argv: list[str] | None = None) -> None:
     if prompt_name == args.lm:
         prompt_lm = task_lm
     else:
-        prompt_lm = demo_task.demo_lm(extra_buffers=extra_buffers) if prompt_name == "local" else dspy.LM(prompt_name)
+        prompt_lm = demo_task.demo_lm(**engine) if prompt_name == "local" else dspy.LM(prompt_name)
     settings = DemoSettings(
         n_train=args.train,
         n_val=args.val,
