@@ -60,8 +60,9 @@ def test_unseen_defects_are_missing_from_validation_only():
 
 
 def test_a_sampling_task_lm_rewords_every_call_slips_and_sometimes_gets_a_wrong_step_right():
-    exact, sampled = SyntheticWorld(0, 0, reword="intermediate"), SyntheticWorld(
-        0, 0, reword="intermediate", realism=Realism(temperature=1.0, seed=1)
+    exact, sampled = (
+        SyntheticWorld(0, 0, reword="intermediate"),
+        SyntheticWorld(0, 0, reword="intermediate", realism=Realism(temperature=1.0, seed=1)),
     )
     clean = [ex.question for ex in make_examples(300, 3, 0) if not decode_ticket(ex.question)[1]][:100]
     assert len({step0(exact, clean[0]) for _ in range(5)}) == 1

@@ -81,7 +81,8 @@ def _compact(entry: dict) -> dict:
     """What the summary reads of a harness entry (the rest, e.g. every round's record, stays out of the file)."""
     details = entry.get("details", {})
     kept = {k: entry[k] for k in ("val_score", "metric_calls", "budget", "usage", "wall_time_s", "curve")}
-    kept["details"] = {k: details[k] for k in ("curve_seconds", "curve_task_calls", "curve_task_tokens") if k in details}
+    series = ("curve_seconds", "curve_task_calls", "curve_task_tokens")
+    kept["details"] = {k: details[k] for k in series if k in details}
     if "result" in details:
         kept["profile"] = shares(entry)
         stop = details["result"].get("stop_reason")

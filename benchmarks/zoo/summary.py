@@ -2,8 +2,9 @@
 ratios to GEPA, and per variant the medians, the worst decile and the issue's targets, as JSON and Markdown.
 
 A level a variant never reaches counts as an infinite ratio (it sorts last and fails every bound), one only GEPA
-never reaches as 0, one neither reaches as 1; a world whose GEPA run failed is left out of the ratios. "Worst decile" of a score is the mean of the worst
-10% of worlds (at least one world); of a ratio, the 90th percentile (the worst tenth lies above it).
+never reaches as 0, one neither reaches as 1; a world whose GEPA run failed is left out of the ratios. "Worst
+decile" of a score is the mean of the worst 10% of worlds (at least one world); of a ratio, the 90th percentile
+(the worst tenth lies above it).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
+from collections import Counter
 from pathlib import Path
 
 from benchmarks.speed import TARGET_FRACTION, first_reach
@@ -64,7 +66,7 @@ def world_rows(record: dict) -> dict[str, dict]:
             **{level: first_reach(entry, value) for level, value in levels.items()},
         }
         if "profile" in entry:
-            row["profile"] = entry["profile"]
+            row["profile"], row["stop_reason"] = entry["profile"], entry.get("stop_reason")
         rows[name] = row
     gepa = rows.get("gepa")
     for row in rows.values() if gepa else ():
@@ -132,7 +134,11 @@ def targets(s: dict) -> list[tuple[str, str, bool]]:
             f"{s['median test']:.3f} vs {s['median test (gepa)']:.3f}",
             s["median test"] > s["median test (gepa)"],
         ),
-        ("median wall to GEPA's final <= 0.4x", f"{s['median']['gepa_final seconds']:.2f}x", s["median"]["gepa_final seconds"] <= 0.4),
+        (
+            "median wall to GEPA's final <= 0.4x",
+            f"{s['median']['gepa_final seconds']:.2f}x",
+            s["median"]["gepa_final seconds"] <= 0.4,
+        ),
         (
             "median task tokens to GEPA's final <= 0.6x",
             f"{s['median']['gepa_final task_tokens']:.2f}x",
@@ -191,6 +197,8 @@ def markdown(worlds: list[dict], summaries: dict[str, dict], header: str) -> str
         cells += [f"{s['test >= gepa']:.0%}", f"{s['median after best']:.0%}"]
         cells += [f"{_f(s['median'][k])} / {_f(s['p90'][k])}" for k in keys]
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
+    lines += ablation_lines(worlds, [n for n in summaries if n not in HEAD_TO_HEAD])
+    lines += wall_lines(worlds)
     lines += ["", "## Per world (AgentGrad defaults; ratios to GEPA)", ""]
     head = ["world", "knobs", "test AG / paper / GEPA / MIPRO", "wall to GEPA final", "tokens to GEPA final"]
     head += ["whole-run tokens", "after best", "failed"]
@@ -208,6 +216,61 @@ def markdown(worlds: list[dict], summaries: dict[str, dict], header: str) -> str
         cells.append(", ".join(w["failed"]) or "")
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def ablation_lines(worlds: list[dict], names: list[str]) -> list[str]:
+    """Each ablation against the defaults on the worlds that ran both, and what the rule says: a mechanism earns
+    its default when the defaults have a higher median test score or a lower median wall to GEPA's final,
+    without a lower worst decile of test scores. Per-world test differences are shown too (paired, same world)."""
+    wall = "gepa_final seconds"
+    lines = ["", "## Ablations (AgentGrad with one change, against the defaults on the same worlds)", ""]
+    head = ["variant", "worlds", "median test (defaults)", "worst decile test (defaults)"]
+    head += ["median wall to GEPA final (defaults)", "median tokens to GEPA final", "median whole-run tokens"]
+    head += ["median after best", "test: defaults higher / lower", "defaults earn it?"]
+    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name in names:
+        paired = [w for w in worlds if name in w["rows"] and "agentgrad" in w["rows"] and "gepa" in w["rows"]]
+        if not paired:
+            continue
+        s, base = variant_summary(paired, name), variant_summary(paired, "agentgrad")
+        better = base["median test"] > s["median test"] or base["median"][wall] < s["median"][wall]
+        keeps = better and base["worst decile test"] >= s["worst decile test"]
+        diffs = [w["rows"]["agentgrad"]["test"] - w["rows"][name]["test"] for w in paired]
+        cells = [name, len(paired), f"{_f(s['median test'], 3)} ({_f(base['median test'], 3)})"]
+        cells += [f"{_f(s['worst decile test'], 3)} ({_f(base['worst decile test'], 3)})"]
+        cells += [f"{_f(s['median'][wall])} ({_f(base['median'][wall])})"]
+        cells += [_f(s["median"]["gepa_final task_tokens"]), _f(s["median"]["whole-run task tokens"])]
+        cells += [f"{s['median after best']:.0%}", f"{sum(d > 0 for d in diffs)} / {sum(d < 0 for d in diffs)}"]
+        cells.append("yes" if keeps else "no")
+        lines.append("| " + " | ".join(str(c) for c in cells) + " |")
+    return lines
+
+
+def wall_lines(worlds: list[dict]) -> list[str]:
+    """Where AgentGrad's wall and task-LM calls went (median phase shares), in the noisy worlds and the others."""
+    title = "## Where AgentGrad's wall goes (median over worlds: `task X` share of task-LM calls, `wall X` of wall)"
+    lines = ["", title, ""]
+    groups = {"task LM samples or prompt LM forgets": True, "neither": False}
+    keys = None
+    for group, noisy in groups.items():
+        profiles = [
+            w["rows"]["agentgrad"]["profile"] for w in worlds if w["noisy"] == noisy and "agentgrad" in w["rows"]
+        ]
+        if not profiles:
+            continue
+        keys = keys or [k for k in profiles[0] if k.startswith(("wall", "task"))] + ["rounds", "candidates"]
+        if len(lines) == 3:
+            lines += ["| worlds | n | " + " | ".join(keys) + " |", "|---|---|" + "---|" * len(keys)]
+        cells = [f"{statistics.median(p[k] for p in profiles):.0%}" for k in keys[:-2]]
+        cells += [f"{statistics.median(p[k] for p in profiles):g}" for k in keys[-2:]]
+        lines.append(f"| {group} | {len(profiles)} | " + " | ".join(cells) + " |")
+    stops = Counter(
+        (w["rows"]["agentgrad"].get("stop_reason") or "budget").split(" (")[0]
+        for w in worlds
+        if "agentgrad" in w["rows"]
+    )
+    lines += ["", "AgentGrad's stop reasons: " + ", ".join(f"{reason} ({n})" for reason, n in stops.most_common())]
+    return lines
 
 
 def plot(worlds: list[dict], path: Path) -> bool:
