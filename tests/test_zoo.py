@@ -207,3 +207,23 @@ def test_a_tiny_zoo_runs_end_to_end_and_resumes_without_running_again(tmp_path):
     before = world_file.read_text()
     assert main(options) == 0
     assert json.loads(world_file.read_text())["runs"] == json.loads(before)["runs"]  # nothing ran again
+
+
+def test_an_ablation_keeps_its_default_only_if_the_defaults_do_better_without_a_worse_worst_decile():
+    from benchmarks.zoo.summary import ablation_lines
+
+    def world(test_default: float, test_off: float) -> dict:
+        runs = {
+            "gepa": entry(0.5, 0.5, [[50, 0.5]], [10], [100], 100, 10),
+            "agentgrad": entry(0.6, test_default, [[50, 0.5], [60, 0.6]], [2, 5], [100, 120], 120, 10),
+            "helps off": entry(0.6, test_off, [[50, 0.5], [60, 0.6]], [2, 5], [100, 120], 120, 10),
+            "same off": entry(0.6, test_default, [[50, 0.5], [60, 0.6]], [2, 5], [100, 120], 120, 10),
+        }
+        return {"noisy": False, "rows": world_rows({"runs": runs})}
+
+    worlds = [world(0.8, 0.6), world(0.7, 0.7), world(0.9, 0.5)]
+    verdicts = {
+        line.split(" | ")[0][2:]: line.rsplit(" | ", 1)[1][:-2]
+        for line in ablation_lines(worlds, ["helps off", "same off"])[5:]
+    }
+    assert verdicts == {"helps off": "yes", "same off": "no"}
