@@ -70,7 +70,10 @@ def main(argv: list[str] | None = None) -> int:
         "distributions": DISTRIBUTIONS,
         "worlds": [s.as_dict() for s in specs],
     }
-    if not args.summary_only:
+    if not args.summary_only:  # a later command on the same folder (more variants, more worlds) is added to the list
+        earlier = json.loads((out / "zoo.json").read_text()) if (out / "zoo.json").exists() else {}
+        header["commands"] = [*earlier.get("commands", []), header.pop("command")]
+        header["worlds"] = list({w["index"]: w for w in [*earlier.get("worlds", []), *header["worlds"]]}.values())
         (out / "zoo.json").write_text(json.dumps(header, indent=1))
         started = time.perf_counter()
         with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
@@ -80,7 +83,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"world {futures[future].index} done ({time.perf_counter() - started:.0f}s)", flush=True)
     title = (
         f"# Zoo: {args.worlds} worlds, seed {args.seed}, {args.threads} threads, {args.jobs} worlds at a time\n\n"
-        f"`{header['command']}`; distributions and every world's knobs in zoo.json."
+        f"`{header.get('command') or header['commands'][-1]}`; the commands, distributions and every world's "
+        "knobs are in zoo.json."
     )
     summarize(out, title)
     print((out / "summary.md").read_text())

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,11 +32,16 @@ class Variant:
     optimizer: str
     options: dict = field(default_factory=dict)
     stop_after_idle_rounds: int | None = None
+    #: Cap AgentGrad's task-LM calls at this many per metric call of the budget and predictor (GEPA spends about
+    #: one task call per metric call and predictor), so that reused runs cannot spend beyond the budget.
+    task_calls_per_budget_call: float | None = None
 
-    def run_options(self) -> dict:
+    def run_options(self, budget: int, predictors: int) -> dict:
         options = dict(self.options)
         if self.stop_after_idle_rounds is not None:
             options["stop_callbacks"] = [NoGainStop(self.stop_after_idle_rounds)]  # a fresh one per run
+        if self.task_calls_per_budget_call is not None:
+            options["max_task_calls"] = math.ceil(self.task_calls_per_budget_call * budget * predictors)
         return {self.optimizer: options}
 
 
@@ -57,6 +63,7 @@ ABLATIONS = {
     "train_batch_size=8": Variant("agentgrad", {"train_batch_size": 8}),
     "train_batch_size=32": Variant("agentgrad", {"train_batch_size": 32}),
     "stop after 2 idle rounds": Variant("agentgrad", stop_after_idle_rounds=2),
+    "task calls capped at budget x steps": Variant("agentgrad", task_calls_per_budget_call=1.0),
 }
 VARIANTS = {**MAIN, **ABLATIONS}
 
@@ -108,7 +115,7 @@ def run_variant(spec: WorldSpec, name: str, settings: ZooSettings) -> dict:
         num_threads=settings.threads,
         hint_fn=bench.hint,
         cache_dir="off",
-        options=variant.run_options(),
+        options=variant.run_options(settings.budget_for(spec), spec.steps),
     )
     entry = _compact(run.to_dict())
     entry["test_score"], _calls, _scores = evaluate_program(

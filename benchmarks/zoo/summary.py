@@ -288,7 +288,7 @@ def plot(worlds: list[dict], path: Path) -> bool:
         ("agentgrad", "whole-run task tokens", "whole-run task tokens", "^"),
         ("paper", "gepa_final seconds", "paper preset: wall to GEPA's final", "x"),
     )
-    fig, ax = plt.subplots(figsize=(11, 4.5))
+    fig, ax = plt.subplots(figsize=(13, 4.5))
     cap = 20.0
     for name, key, title, marker in series:
         xs = [w["index"] for w in worlds if name in w["rows"] and "vs_gepa" in w["rows"][name]]
@@ -299,7 +299,7 @@ def plot(worlds: list[dict], path: Path) -> bool:
     ax.set_yscale("log")
     ax.set_xlabel("world")
     ax.set_ylabel(f"variant / GEPA (never reached drawn at {cap:g})")
-    ax.legend(fontsize=8, loc="upper left")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.set_title("AgentGrad / GEPA per zoo world (lines: 0.4, 0.6, 1, 1.2)")
     fig.tight_layout()
     fig.savefig(path, dpi=90)
