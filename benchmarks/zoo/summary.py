@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 import statistics
 from collections import Counter
 from pathlib import Path
@@ -218,6 +219,18 @@ def markdown(worlds: list[dict], summaries: dict[str, dict], header: str) -> str
     return "\n".join(lines) + "\n"
 
 
+def bootstrap_better(pairs: list[tuple[float, float]], lower_is_better: bool = False, draws: int = 2000) -> float:
+    """The share of paired bootstrap resamples of the worlds in which the first column's median beats the
+    second's (ties count half): how sure the zoo is that the difference of medians is not world-sampling noise."""
+    rng = random.Random(0)
+    wins = 0.0
+    for _ in range(draws):
+        sample = [pairs[rng.randrange(len(pairs))] for _ in pairs]
+        a, b = statistics.median(x for x, _ in sample), statistics.median(y for _, y in sample)
+        wins += 0.5 if a == b else float((a < b) if lower_is_better else (a > b))
+    return wins / draws
+
+
 def ablation_lines(worlds: list[dict], names: list[str]) -> list[str]:
     """Each ablation against the defaults on the worlds that ran both, and what the rule says: a mechanism earns
     its default when the defaults have a higher median test score or a lower median wall to GEPA's final,
@@ -226,7 +239,8 @@ def ablation_lines(worlds: list[dict], names: list[str]) -> list[str]:
     lines = ["", "## Ablations (AgentGrad with one change, against the defaults on the same worlds)", ""]
     head = ["variant", "worlds", "median test (defaults)", "worst decile test (defaults)"]
     head += ["median wall to GEPA final (defaults)", "median tokens to GEPA final", "median whole-run tokens"]
-    head += ["median after best", "test: defaults higher / lower", "defaults earn it?"]
+    head += ["median after best", "test: defaults higher / lower", "P(defaults better): test / wall"]
+    head += ["defaults earn it?"]
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name in names:
         paired = [w for w in worlds if name in w["rows"] and "agentgrad" in w["rows"] and "gepa" in w["rows"]]
@@ -241,6 +255,9 @@ def ablation_lines(worlds: list[dict], names: list[str]) -> list[str]:
         cells += [f"{_f(s['median'][wall])} ({_f(base['median'][wall])})"]
         cells += [_f(s["median"]["gepa_final task_tokens"]), _f(s["median"]["whole-run task tokens"])]
         cells += [f"{s['median after best']:.0%}", f"{sum(d > 0 for d in diffs)} / {sum(d < 0 for d in diffs)}"]
+        tests = [(w["rows"]["agentgrad"]["test"], w["rows"][name]["test"]) for w in paired]
+        walls = [(w["rows"]["agentgrad"]["vs_gepa"][wall], w["rows"][name]["vs_gepa"][wall]) for w in paired]
+        cells.append(f"{bootstrap_better(tests):.2f} / {bootstrap_better(walls, lower_is_better=True):.2f}")
         cells.append("yes" if keeps else "no")
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
     return lines
