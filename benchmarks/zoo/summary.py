@@ -330,7 +330,16 @@ def summarize(out: Path, header: str) -> dict[str, dict]:
     names = list(dict.fromkeys(n for w in worlds for n in w["rows"]))
     summaries = {name: variant_summary(worlds, name) for name in names if name != "gepa"}
     summaries["gepa"] = variant_summary(worlds, "gepa")
-    (out / "summary.json").write_text(json.dumps({"variants": summaries, "worlds": worlds}, indent=1, default=str))
+    keep = ("val", "test", "metric_calls", "task_calls", "task_tokens", "wall_s", "after_best", "vs_gepa")
+    per_world = [
+        {
+            **{k: w[k] for k in ("index", "label", "noisy", "failed")},
+            "rows": {n: {k: r.get(k) for k in keep} for n, r in w["rows"].items()},
+        }
+        for w in worlds
+    ]  # the world files hold the rest (curves, phase shares)
+    summary = {"variants": summaries, "worlds": per_world}
+    (out / "summary.json").write_text(json.dumps(summary, separators=(",", ":"), default=str))
     (out / "summary.md").write_text(markdown(worlds, summaries, header))
     plot(worlds, out / "ratios.png")
     return summaries
