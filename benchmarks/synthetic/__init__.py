@@ -107,13 +107,17 @@ def defect_frequencies(n_steps: int, seed: int) -> dict[int, float]:
     return {bit: TOP_FREQUENCY * FREQUENCY_DECAY**rank for rank, bit in enumerate(bits)}
 
 
-def make_examples(count: int, n_steps: int, seed: int, first_case: int = 0) -> list[dspy.Example]:
+def make_examples(
+    count: int, n_steps: int, seed: int, first_case: int = 0, absent: frozenset[int] = frozenset()
+) -> list[dspy.Example]:
+    """``count`` seeded cases; ``absent``: defect bits no case of this split carries (a defect the split never
+    shows, as a validation set too small to hold every failure mode)."""
     rng = random.Random(f"synthetic-data-{seed}-{first_case}")
     frequencies = defect_frequencies(n_steps, seed)
     out = []
     for case in range(first_case, first_case + count):
         keys = [f"k{stable_hash(f'{seed}:{case}:{j}') % 0xFFFFF:05x}" for j in range(CANDIDATES)]
-        defects = [bit for bit, p in sorted(frequencies.items()) if rng.random() < p]
+        defects = [bit for bit, p in sorted(frequencies.items()) if rng.random() < p and bit not in absent]
         unfixable = rng.random() < UNFIXABLE_RATE
         question = (
             f"Case {case}: which record belongs to this case? candidates: {' '.join(keys)} "

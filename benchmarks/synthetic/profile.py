@@ -21,27 +21,32 @@ from pathlib import Path
 PHASES = ("evaluate", "intervene", "cumulative", "minibatch", "validate")
 
 
+def shares(entry: dict) -> dict:
+    """One AgentGrad run (a results-file entry): each phase's share of its metric calls, task-LM calls and
+    wall, the rounds and candidates judged, and the share of the wall after the final best was first reached."""
+    result = entry["details"]["result"]
+    calls, wall = result.get("phase_calls", {}), result.get("phase_wall_s", {})
+    usage = result.get("usage", {})
+    task_calls, total_task = usage.get("by_phase", {}), max(usage.get("task", {}).get("calls", 0), 1)
+    seconds = entry["details"].get("curve_seconds") or [entry["wall_time_s"]]
+    best_at = next(s for (c, v), s in zip(entry["curve"], seconds) if v >= entry["val_score"] - 1e-12)
+    total_calls, total_wall = max(result["metric_calls"], 1), max(entry["wall_time_s"], 1e-9)
+    row = {f"calls {p}": calls.get(p, 0) / total_calls for p in PHASES}
+    row |= {f"task {p}": task_calls.get(p, {}).get("calls", 0) / total_task for p in PHASES}
+    row |= {f"wall {p}": wall.get(p, 0.0) / total_wall for p in PHASES}
+    return row | {
+        "rounds": len(result["rounds"]),
+        "candidates": len(result["candidates"]),
+        "wall after final best": (entry["wall_time_s"] - best_at) / total_wall,
+    }
+
+
 def profile(folder: Path) -> dict:
     """Medians over the seeds of one compare folder."""
-    rows = []
-    for path in sorted(folder.glob("seed*/results.json")):
-        entry = json.loads(path.read_text())["benchmarks"]["synthetic"]["optimizers"]["agentgrad"]
-        result = entry["details"]["result"]
-        calls, wall = result.get("phase_calls", {}), result.get("phase_wall_s", {})
-        usage = result.get("usage", {})
-        task_calls, total_task = usage.get("by_phase", {}), max(usage.get("task", {}).get("calls", 0), 1)
-        seconds = entry["details"].get("curve_seconds") or [entry["wall_time_s"]]
-        best_at = next(s for (c, v), s in zip(entry["curve"], seconds) if v >= entry["val_score"] - 1e-12)
-        total_calls, total_wall = max(result["metric_calls"], 1), max(entry["wall_time_s"], 1e-9)
-        row = {f"calls {p}": calls.get(p, 0) / total_calls for p in PHASES}
-        row |= {f"task {p}": task_calls.get(p, {}).get("calls", 0) / total_task for p in PHASES}
-        row |= {f"wall {p}": wall.get(p, 0.0) / total_wall for p in PHASES}
-        row |= {
-            "rounds": len(result["rounds"]),
-            "candidates": len(result["candidates"]),
-            "wall after final best": (entry["wall_time_s"] - best_at) / total_wall,
-        }
-        rows.append(row)
+    rows = [
+        shares(json.loads(path.read_text())["benchmarks"]["synthetic"]["optimizers"]["agentgrad"])
+        for path in sorted(folder.glob("seed*/results.json"))
+    ]
     return {key: statistics.median(r[key] for r in rows) for key in rows[0]} if rows else {}
 
 

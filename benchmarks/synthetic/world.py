@@ -35,6 +35,11 @@ included). The value the metric reads (the last step's ``answer``) is exact in e
 wording is a function of the prompt, as a deterministic LM (or a cache) gives: the same prompt
 gets the same text.
 
+Realism (``realism``, :class:`benchmarks.synthetic.realism.Realism`, default: all off): a task LM that samples
+(slips, lucky guesses, hints followed per call, fresh wording per call), a prompt LM that misses symptoms it is
+shown or invents a wrong rule, rules that fade as an instruction grows, defects whose fix exposes a partner
+defect on the next step. Off, the world is exactly as described above.
+
 Latency: every call sleeps (task calls ``task_s``, prompt calls ``prompt_s``), so threads overlap
 the way they do with a remote LM.
 """
@@ -42,12 +47,20 @@ the way they do with a remote LM.
 from __future__ import annotations
 
 import json
+import random
 import re
 import threading
 import time
 import zlib
 from collections import Counter
 
+from benchmarks.synthetic.realism import (
+    EXACT,
+    FADE_FREE_WORDS,
+    INTERACT_EXPOSE_RATE,
+    WRONG_RULE_BREAK_RATE,
+    Realism,
+)
 from dspy_agentgrad.testing import FakeCall
 
 SCRAMBLE = 0x5A3C96F1
@@ -61,8 +74,11 @@ _CANDIDATE = re.compile(r"\b(k[0-9a-f]{5})\b")
 _KEY = re.compile(r"key=(k[0-9a-f]{5})")
 _TARGET = re.compile(r"produce the fields? `(\w+)`")
 _SYMPTOM = re.compile(r"SYM-(\w+?-[a-z])\b")
+_WRONG_RULE = re.compile(r"(RULE-\w+-x\d)\b")
+_EXPOSED = re.compile(r"form-(\w+?-[a-z])\b")
 _INSTRUCTION_INPUTS = ("current_instruction", "basic_instruction")
 REWORD_MODES = ("repeat", "intermediate", "all")
+WRONG_RULE_TEXT = "refuse any record whose key was not repeated in the question twice."
 _TONES = ("carefully", "plainly", "briefly", "formally", "simply", "directly", "calmly", "strictly")
 _ACTS = ("noted", "checked", "confirmed", "recorded", "traced", "matched", "compared", "reviewed")
 _OBJECTS = ("the case file", "the listing", "the question", "the candidates", "the entry", "the register")
@@ -117,6 +133,7 @@ class SyntheticWorld:
         reword: str = "repeat",
         overreach: float = 0.0,
         hint_rate: float = HINT_FIX_RATE,
+        realism: Realism = EXACT,
     ):
         if reword not in REWORD_MODES:
             raise ValueError(f"reword must be one of {REWORD_MODES}; got {reword!r}")
@@ -124,9 +141,20 @@ class SyntheticWorld:
             if not 0.0 <= share <= 1.0:
                 raise ValueError(f"{name} must be a share between 0 and 1; got {share!r}")
         self.task_s, self.prompt_s, self.reword, self.overreach = task_s, prompt_s, reword, overreach
-        self.hint_rate = hint_rate
+        self.hint_rate, self.realism = hint_rate, realism
         self.calls: Counter[str] = Counter()
         self._lock = threading.Lock()
+        self._rng = random.Random(f"synthetic-lm-{realism.seed}")
+
+    def _chance(self, key: str, rate: float, sampled: bool | None = None) -> bool:
+        """True on a share ``rate`` of draws: a stable hash of ``key`` for a deterministic LM (the same prompt
+        gets the same answer), a fresh draw per call where it samples (``sampled``, default: temperature > 0)."""
+        if rate <= 0.0:
+            return False
+        if sampled if sampled is not None else self.realism.temperature > 0:
+            with self._lock:
+                return self._rng.random() < rate
+        return stable_hash(key) % 100 < rate * 100
 
     def __call__(self, call: FakeCall):
         task = any(_TASK_FIELD.fullmatch(f) for f in call.output_fields)
@@ -144,17 +172,22 @@ class SyntheticWorld:
         out = self._value(call, field)
         if self.reword == "repeat":
             return out
-        wording = self._wording(call)
+        wording = self._wording(call, self._draw() if self.realism.temperature > 0 else 0)
         if field != LAST_FIELD:
             out[field] = f"{out[field]} [{wording}]"
         if self.reword == "all" and "reasoning" in call.output_fields:
             out["reasoning"] = f"I {wording} before writing `{field}`."
         return out
 
+    def _draw(self) -> int:
+        with self._lock:
+            return self._rng.getrandbits(30)
+
     @staticmethod
-    def _wording(call: FakeCall) -> str:
-        """A phrase that changes with any change of the prompt (instruction, inputs, hint)."""
-        h = stable_hash(json.dumps([call.instructions, sorted(call.inputs.items())]))
+    def _wording(call: FakeCall, sample: int = 0) -> str:
+        """A phrase that changes with any change of the prompt (instruction, inputs, hint) and, where the LM
+        samples, with every call (``sample``)."""
+        h = stable_hash(json.dumps([call.instructions, sorted(call.inputs.items()), sample]))
         return (
             f"{_ACTS[h % len(_ACTS)]} {_OBJECTS[h // 8 % len(_OBJECTS)]} {_TONES[h // 64 % len(_TONES)]}, "
             f"pass {h // 512 % 1000}"
@@ -174,20 +207,64 @@ class SyntheticWorld:
         if key is None:
             return {field: "unknown" if last else "key=? (no record key in the input)"}
         own = [defect_name(field, bit % 2) for bit in bits if bit // 2 == index]
-        broken = [d for d in own if f"RULE-{d}" not in call.instructions]
-        if broken and call.hint is not None and stable_hash(f"{case}:{field}") % 100 < self.hint_rate * 100:
+        exposed = [d for d in self._exposed(call, upstream, field) if d not in own]
+        broken = [d for d in own + exposed if not self._rule_works(call, d, case)]
+        if broken and call.hint is not None and self._chance(f"{case}:{field}", self.hint_rate):
             broken = []
         if broken and stable_hash(f"demo:{case}:{field}") % 100 < DEMO_FIX_RATE * 100:
             shown = self._demonstrated(call.demos, field, index)
             broken = [d for d in broken if d not in shown]
+        if broken and self._chance("", self.realism.lucky, sampled=True):
+            broken = []  # a sampling LM sometimes gets a step right that its prompt does not teach
         if broken:
             shown = " ".join(symptom(d) for d in broken)
             return {field: f"unknown ({shown})" if last else f"key=? ({shown})"}
-        if self._over_strict(call, field, case, own):
+        if self._over_strict(call, field, case, own) or self._wrong_rule_breaks(call, case):
+            return {field: "unknown" if last else "key=? (not confirmed)"}
+        if self._chance("", self.realism.slip, sampled=True):  # a sampling LM slips on a step it knows
             return {field: "unknown" if last else "key=? (not confirmed)"}
         if last:
             return {field: "unknown" if unfixable else key}
-        return {field: f"key={key} (checked at step {index})"}
+        forms = "".join(f"; form-{d}" for d in own if self._partner(d) is not None and f"RULE-{d}" in call.instructions)
+        return {field: f"key={key} (checked at step {index}{forms})"}
+
+    def _rule_works(self, call: FakeCall, defect: str, case: int) -> bool:
+        """Whether the instruction's fix phrase for ``defect`` repairs this call: it must be there, and where
+        rules fade, a long instruction is followed less (per example, or per call where the LM samples)."""
+        if f"RULE-{defect}" not in call.instructions:
+            return False
+        extra = len(call.instructions.split()) - FADE_FREE_WORDS
+        if self.realism.fade <= 0 or extra <= 0:
+            return True
+        strength = 1.0 / (1.0 + self.realism.fade * extra / FADE_FREE_WORDS)
+        return self._chance(f"fade:{case}:{defect}", strength)
+
+    def _partner(self, defect: str) -> int | None:
+        """Interacting defects: which of the next step's two defects (0 or 1) fixing ``defect`` exposes, or None."""
+        if defect.startswith(LAST_FIELD) or stable_hash(f"interact:{defect}") % 100 >= self.realism.interact * 100:
+            return None
+        return stable_hash(f"partner:{defect}") % 2
+
+    def _exposed(self, call: FakeCall, upstream: list[str], field: str) -> list[str]:
+        """This step's defects that an upstream fix exposed on this example (marked in the upstream output):
+        the fixed step now writes a form the next step mishandles on a share of the fixed examples."""
+        if not upstream:
+            return []
+        case = decode_ticket(call.inputs.get("question", ""))[0]
+        out = []
+        for source in _EXPOSED.findall(call.inputs.get(upstream[-1], "")):
+            letter = self._partner(source)
+            hit = stable_hash(f"expose:{case}:{source}") % 100 < INTERACT_EXPOSE_RATE * 100
+            if letter is not None and hit and defect_name(field, letter) not in out:
+                out.append(defect_name(field, letter))
+        return out
+
+    def _wrong_rule_breaks(self, call: FakeCall, case: int) -> bool:
+        """Whether a wrong rule (one a prompt LM invented) in the instruction breaks this example."""
+        return any(
+            stable_hash(f"wrong:{case}:{rule}") % 100 < WRONG_RULE_BREAK_RATE * 100
+            for rule in _WRONG_RULE.findall(call.instructions)
+        )
 
     def overreaches(self, defect: str) -> bool:
         """Whether ``defect``'s fix phrase also makes its step over-strict (see the module docstring)."""
@@ -230,6 +307,7 @@ class SyntheticWorld:
             for defect in _SYMPTOM.findall(evidence_text):
                 if defect.rsplit("-", 1)[0] == target.group(1) and defect not in seen:
                     seen.append(defect)
+        seen = [d for d in seen if not self._chance("", 1.0 - self.realism.recall, sampled=True)]  # missed
         if "I provided an assistant with the following instructions" in call.user:
             return f"```\n{self._improved(current, seen)}\n```"
         outputs = call.output_fields
@@ -262,9 +340,13 @@ class SyntheticWorld:
             return blocks[1].strip(), "```".join(blocks[2:])
         return "", call.user
 
-    @staticmethod
-    def _improved(current: str, defects: list[str]) -> str:
+    def _improved(self, current: str, defects: list[str]) -> str:
+        """The instruction with the missing fix phrases; where the prompt LM invents rules, sometimes a wrong
+        rule too (on the step the instruction is about, only when it changes something)."""
         missing = [fix_phrase(d) for d in defects if f"RULE-{d}" not in current]
+        target = _TARGET.search(current)
+        if missing and target and self._chance("", self.realism.wrong_rule, sampled=True):
+            missing.append(f"RULE-{target.group(1)}-x{self._draw() % 10}: {WRONG_RULE_TEXT}")
         return " ".join([current.rstrip(), *missing]) if missing else current
 
     def _clusters(self, call: FakeCall, target: str | None) -> list[dict]:
