@@ -95,3 +95,15 @@ def test_the_draft_finds_where_the_reply_starts_and_forgets_it_for_the_next():
     assert bytes(out.tolist()) == b"rt quote"  # copied from the prompt, COPY_TOKENS at most
     draft.begin(llama, None)
     assert draft.start is None and not draft.verifying
+
+
+def test_after_a_refused_draft_one_plain_step_is_taken():
+    """A draft refused at its first token cost a batch for one token; the next step proposes nothing."""
+    llama, draft = _Tokens(), ReplyDraft()
+    prompt = list(b"Reply as [[ ## answer ## ]] then a short quote.\n")
+    draft.begin(llama, plan(One))
+    draft(np.array(prompt + list(b"[")))
+    assert len(draft(np.array(prompt + list(b"[[ ## answer ## ]]\nA sho")))) == 8
+    refused = prompt + list(b"[[ ## answer ## ]]\nA shoX")  # the model wrote its own token, not "r"
+    assert len(draft(np.array(refused))) == 0
+    assert bytes(draft(np.array(refused + list(b" then a"))).tolist()) == b" short q"  # and then drafts again

@@ -75,18 +75,27 @@ class ReplyDraft:
         self.llama: Any = None
         self.start: int | None = None
         self.verifying = False
+        self._last: tuple[int, int] = (0, 0)  # (input length, tokens proposed) of the last draft
 
     def begin(self, llama: Any, plan: OutputPlan | None) -> None:
         """A new reply starts on ``llama`` (a ``llama_cpp.Llama``) under ``plan``: forget the last one."""
-        self.llama, self.plan, self.start, self.verifying = llama, plan, None, False
+        self.llama, self.plan, self.start, self.verifying, self._last = llama, plan, None, False, (0, 0)
 
     def __call__(self, input_ids: np.ndarray, /, **kwargs: Any) -> np.ndarray:
         if self.start is None:  # first call of a reply: the prompt and the first sampled token
             self.start = len(input_ids) - 1
         self.verifying = True
+        asked_at, proposed = self._last
+        # A draft the model refused at its first token cost a batch for one token: take one plain step after it.
+        refused = proposed and len(input_ids) == asked_at + 1
+        draft = input_ids[:0] if refused else self._propose(input_ids)
+        self._last = (len(input_ids), len(draft))
+        return draft.astype(np.intc)
+
+    def _propose(self, input_ids: np.ndarray) -> np.ndarray:
         if self.plan is not None and self.llama is not None:
             reply = self.llama.detokenize(list(input_ids[self.start :])).decode("utf-8", errors="ignore")
             forced = forced_text(self.plan, reply)
             if forced:
                 return np.asarray(self.llama.tokenize(forced.encode(), add_bos=False, special=False), dtype=np.intc)
-        return copied_continuation(input_ids).astype(np.intc)
+        return copied_continuation(input_ids)
