@@ -4,8 +4,8 @@
 call of the synthetic LM timed (start, end, task or prompt, the output fields of a prompt call), writes the calls
 to TRACE.json and prints, over the whole run: the seconds with a task call in flight, with only prompt calls in
 flight, with nothing in flight, and the mean number of task calls in flight. With ``--task-lm synthetic:120,320``
-the run waits on the LM, so the shares say where the wall went (issue 20: what stands between AgentGrad's wall
-and 0.4x GEPA's).
+the run waits on the LM, so the shares say where the wall went (what stands between AgentGrad's wall and
+0.4x GEPA's).
 """
 
 from __future__ import annotations
