@@ -26,6 +26,7 @@ from typing import Any, Protocol
 import dspy
 
 from ..runtime.retries import is_transient
+from .metric import Metric
 from .runner import ProgramRunner
 from .runs import Execution, Outcome, Reference, Step
 
@@ -37,6 +38,8 @@ CARRIED_SETTINGS = ("lm", "adapter", "track_usage")
 class Runs(Protocol):
     """What the evaluator calls to run the program and score a run (a :class:`ProgramRunner`, or a proxy)."""
 
+    metric: Metric
+
     def execute(
         self,
         example: dspy.Example,
@@ -45,6 +48,7 @@ class Runs(Protocol):
         hints: dict[str, str] | None = None,
         replay: Iterable[Step] = (),
         reference: Reference | None = None,
+        only: dict[str, str] | None = None,
     ) -> Execution: ...
 
     def score(self, example: dspy.Example, execution: Execution, reference: Reference | None = None) -> Outcome: ...
@@ -146,6 +150,7 @@ class RayRuns:
                 "max_metric_calls / max_prompt_tokens"
             )
         self.ray = executor.connect()
+        self.metric = runner.metric  # how it is called, for the driver's messages
         settings = {name: dspy.settings.get(name) for name in CARRIED_SETTINGS}
         self._runner = self.ray.put((runner, {k: v for k, v in settings.items() if v is not None}))
         options = {"max_retries": executor.max_task_retries, "num_cpus": executor.num_cpus_per_run}
