@@ -523,7 +523,7 @@ class LlamaCppEngine:
         with loaded.lock:  # a llama.cpp context serves one generation at a time
             try:
                 llama = loaded.context_for(system)
-                if isinstance(llama.draft_model, ReplyDraft):
+                if isinstance(getattr(llama, "draft_model", None), ReplyDraft):
                     llama.draft_model.begin(llama, plan)
                 out = llama.create_chat_completion(messages=messages, max_tokens=max_tokens, **kwargs)
             except ValueError as exc:
