@@ -254,7 +254,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     demo.add_argument(
         "--drafts",
-        default="on",
+        default="off",
         choices=["on", "off"],
         help="speculative decoding with drafts from the reply format and the prompt (docs/embedded-lm.md)",
     )
