@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import json
 import logging
 import random
 import sys
-import tempfile
 from collections.abc import Callable
 from contextlib import nullcontext
 from pathlib import Path
@@ -38,7 +36,7 @@ from .runtime.budget import Budget
 from .runtime.jsonable import digest, example_key
 from .runtime.redaction import Redactor, redacted_logs
 from .runtime.run_lock import LogDirLock
-from .runtime.store import atomic_write_json, check_fingerprint
+from .runtime.store import atomic_write_json, atomic_write_text, check_fingerprint
 from .sampling import measure_sample
 from .wiring import RunParts, estimator, run_lms, run_parts, run_redactor, signature_text
 
@@ -369,7 +367,8 @@ class AgentGrad(Teleprompter):
         if self.config.use_mlflow or autolog_logs_compiles():
             task, prompt = self._lms()
             optimized = lambda r: apply_state(student, r.final_state())  # noqa: E731
-            observers.append(MlflowTracker(options, {"task": task, "prompt": prompt}, snapshot, optimized))
+            lms = {"task": task, "prompt": prompt}
+            observers.append(MlflowTracker(options, lms, snapshot, optimized, self._redactor(student)))
         if self.wandb.enabled:
             observers.append(WandbTracker(self.wandb, options, snapshot))
         if self.log_dir is not None:
@@ -403,20 +402,10 @@ class AgentGrad(Teleprompter):
             program.detailed_results = outcome
         if self.log_dir is not None:
             atomic_write_json(self.log_dir / "result.json", outcome.to_dict())
-            (self.log_dir / "result.md").write_text(outcome.to_markdown(), encoding="utf-8")
-            _save_redacted(program, self.log_dir / "optimized_program.json", self._redactor(student))
+            atomic_write_text(self.log_dir / "result.md", outcome.to_markdown())
+            self._redactor(student).save(program, self.log_dir / "optimized_program.json")
             write_report(self.log_dir, outcome)
         return program
-
-
-def _save_redacted(program: dspy.Module, path: Path, redact: Redactor) -> None:
-    """``program.save(path)`` without credentials: DSPy drops ``api_key`` but keeps header values, so the
-    state is saved in a private temporary folder, redacted, and only then written to ``path``."""
-    with tempfile.TemporaryDirectory() as scratch:
-        raw = Path(scratch) / path.name
-        program.save(str(raw))
-        state = json.loads(raw.read_text(encoding="utf-8"))
-    path.write_text(json.dumps(redact.data(state), indent=2, ensure_ascii=False), encoding="utf-8")
 
 
 def _options_signature() -> inspect.Signature:
