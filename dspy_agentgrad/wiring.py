@@ -24,6 +24,7 @@ from .reporting.estimate import Estimate, RunSoFar, SampleStats, build_estimate
 from .roles.instruction_proposer import InstructionProposer
 from .roles.proposer import Proposer
 from .runtime.budget import Budget
+from .runtime.paid_work import AnswerJournal
 from .runtime.pricing import price_function
 from .runtime.redaction import Redactor
 from .runtime.retries import RetryPolicy
@@ -95,6 +96,7 @@ def run_parts(
             config.failure_score,
             run_redactor(lms, student),
             budget,
+            AnswerJournal(memo) if log_dir is not None else None,
         ),
         memo,
         budget,

@@ -17,7 +17,8 @@ from typing import Any
 import dspy
 
 from ..runtime.budget import Budget
-from ..runtime.jsonable import faithful, to_jsonable
+from ..runtime.jsonable import digest, example_key, faithful, to_jsonable
+from ..runtime.paid_work import AnswerJournal
 from ..runtime.redaction import Redactor
 from ..runtime.retries import FirstRunsFailed, RetryPolicy, error_kind, is_transient, retry_here, setup_fix
 from ..runtime.usage import empty_usage, track
@@ -112,8 +113,10 @@ class ProgramRunner:
         failure_score: float = 0.0,
         redact: Callable[[str], str] | None = None,
         task_budget: Budget | None = None,
+        answers: AnswerJournal | None = None,
     ):
         self.program = student.deepcopy()
+        self.answers = answers
         self.redact = redact or Redactor()
         self.task_budget = task_budget if task_budget is not None and task_budget.task_capped else None
         self.max_score = max_score
@@ -155,9 +158,11 @@ class ProgramRunner:
         replay = list(replay)
         reuse = reference.reusable_steps(replay) if reference is not None else []
         track_usage = bool(dspy.settings.get("track_usage"))
+        state = ProgramState.of(instructions)
+        run = digest([state.key(), example_key(example), hints or {}]) if self.answers is not None else ""
         while True:
             attempt += 1
-            control = RunControl(ProgramState.of(instructions), hints, replay, reuse, self.task_budget)
+            control = RunControl(state, hints, replay, reuse, self.task_budget, self.answers, run)
             lm = {"lm": self.task_model} if self.task_model else {}
             per_lm: dict[str, dict] = {}
             try:
@@ -172,7 +177,7 @@ class ProgramRunner:
             if control.capped is not None:  # raised here even when the program caught the refusal
                 raise control.capped
             for key in total_usage:
-                total_usage[key] += usage[key]
+                total_usage[key] += usage[key] + control.journaled_usage[key]  # answers paid before a resume
             if error is not None and retry_here(error) and attempt < self.retry.attempts:
                 self.retry.wait(attempt, error)
                 continue

@@ -44,7 +44,8 @@ logger = logging.getLogger("dspy.agentgrad")
 JOURNAL = "memo.jsonl"
 TEXT_MIN_CHARS = 80
 SYNC_INTERVAL_S = 1.0
-PROMPT_KEY_PREFIX = "role:"  # journal keys of prompt-LM calls; every other record is a metric call
+PROMPT_KEY_PREFIX = "role:"  # journal keys of prompt-LM calls
+ANSWER_KEY_PREFIX = "answer:"  # journal keys of task-LM answers (counted with the run they belong to)
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
@@ -203,7 +204,11 @@ class Segment:
     finished: bool = False
 
     def add(self, key: str, value: Any, at: float) -> None:
-        """Count one finished piece of paid work in this compile's segment."""
+        """Count one finished piece of paid work in this compile's segment. A task-LM answer is counted with the
+        run it belongs to (its usage is in that run's record), not on its own."""
+        self.wall_time_s = max(self.wall_time_s, at)
+        if key.startswith(ANSWER_KEY_PREFIX):
+            return
         usage = value.get("usage") if isinstance(value, dict) else None
         bucket = self.prompt if key.startswith(PROMPT_KEY_PREFIX) else self.task
         if not key.startswith(PROMPT_KEY_PREFIX) and not (isinstance(value, dict) and value.get("scored") is False):
@@ -211,7 +216,6 @@ class Segment:
         for name in bucket:
             number = (usage or {}).get(name, 0)
             bucket[name] += int(number) if isinstance(number, (int, float)) else 0
-        self.wall_time_s = max(self.wall_time_s, at)
 
     def to_dict(self) -> dict:
         """A JSON-ready form, for ``result.json``'s segments."""

@@ -1,0 +1,71 @@
+"""Every task-LM answer paid for survives a kill: a resumed run pays again only for the calls in flight.
+
+The job (``resume_job.py``) is killed right after the world's LM answered a task call, before the
+program sees the answer, at points inside round 1 (stacked candidate checks run ahead, validation runs)
+and with SIGTERM as well as SIGKILL. Task-LM calls are counted across both processes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+JOB = Path(__file__).parent / "resume_job.py"
+
+
+def run_job(folder: Path, **env) -> int:
+    environment = {
+        **os.environ,
+        "LEDGER": str(folder / "metric_calls"),
+        "TASK_LEDGER": str(folder / "task_calls"),
+        **env,
+    }
+    command = [sys.executable, str(JOB), str(folder / "log"), str(folder / "out.json")]
+    return subprocess.run(command, env=environment, timeout=300).returncode
+
+
+def task_calls(folder: Path) -> int:
+    return len((folder / "task_calls").read_text().splitlines())
+
+
+def decisions(folder: Path) -> dict:
+    result = json.loads((folder / "out.json").read_text())
+    keep = ("candidates", "rounds", "final_instructions", "best_val_score", "metric_calls", "val_history")
+    return {k: result[k] for k in keep}
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    runs = {}
+    for threads, speculate in (("1", "1"), ("4", "1"), ("1", "0")):
+        folder = tmp_path_factory.mktemp(f"whole-{threads}-{speculate}")
+        assert run_job(folder, THREADS=threads, SPECULATE=speculate) == 0
+        runs[threads, speculate] = (decisions(folder), task_calls(folder))
+    return runs
+
+
+@pytest.mark.parametrize(
+    ("kill_at", "threads", "speculate", "signal"),
+    [
+        ("task:80", "1", "1", "KILL"),  # round 1's stacked candidate checks, run ahead
+        ("task:110", "1", "1", "KILL"),  # the validation runs of round 1's candidates
+        ("task:100", "1", "1", "TERM"),
+        ("task:100", "4", "1", "TERM"),
+        ("task:100", "1", "0", "KILL"),
+    ],
+)
+def test_a_killed_run_pays_again_only_for_the_answers_in_flight(
+    tmp_path, uninterrupted, kill_at, threads, speculate, signal
+):
+    expected, expected_calls = uninterrupted[threads, speculate]
+    settings = dict(THREADS=threads, SPECULATE=speculate)
+    assert run_job(tmp_path, KILL_AT=kill_at, KILL_SIGNAL=signal, **settings) < 0  # killed by the signal
+    assert run_job(tmp_path, **settings) == 0
+    assert decisions(tmp_path) == expected
+    in_flight = int(threads)  # answered but not yet journaled when the signal came: at most one per thread
+    assert expected_calls <= task_calls(tmp_path) <= expected_calls + in_flight
