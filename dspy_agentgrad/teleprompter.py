@@ -33,7 +33,7 @@ from .reporting.tracking import MlflowTracker, autolog_logs_compiles, follow_dsp
 from .reporting.wandb_tracking import WandbSettings, WandbTracker, import_wandb
 from .roles.instruction_proposer import InstructionProposer
 from .runtime.budget import Budget
-from .runtime.jsonable import digest, example_key
+from .runtime.jsonable import digest, example_key, to_jsonable
 from .runtime.redaction import Redactor, redacted_logs
 from .runtime.run_lock import LogDirLock
 from .runtime.store import atomic_write_json, atomic_write_text, check_fingerprint
@@ -308,7 +308,7 @@ class AgentGrad(Teleprompter):
         resumed, run_id = False, None
         if self.log_dir is not None:
             fingerprint = self._fingerprint(student, trainset, valset)
-            identity = check_fingerprint(self.log_dir, fingerprint, self.config.resume_despite)
+            identity = check_fingerprint(self.log_dir, fingerprint, self.config.resume_despite, _option_defaults())
             resumed, run_id = identity.resumed, identity.run_id
         budget = Budget(
             max_calls,
@@ -406,6 +406,13 @@ class AgentGrad(Teleprompter):
             self._redactor(student).save(program, self.log_dir / "optimized_program.json")
             write_report(self.log_dir, outcome)
         return program
+
+
+def _option_defaults() -> dict:
+    """Each option's neutral value, as the fingerprint writes it: an option a ``log_dir`` written before it existed
+    does not record is no difference at this value."""
+    fields = dataclasses.fields(AgentGradConfig)
+    return to_jsonable({f.name: f.default for f in fields if f.default is not dataclasses.MISSING})
 
 
 def _options_signature() -> inspect.Signature:

@@ -28,14 +28,26 @@ __all__ = [  # the records live with the run's state; they are imported from her
 
 RESULT_FORMAT = 1
 
-_MARKDOWN_PUNCTUATION = re.compile(r"([\\`*_{}\[\]()#+\-.!|~<>&:])")
+_MARKDOWN_PUNCTUATION = re.compile(r"([\\`*_{}\[\]()#+\-.!|~])")
+_HTML = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
+_URL = re.compile(r"(?i)\b(?:[a-z][a-z0-9+.\-]*://|www\.)\S+")
+
+
+def _escaped(text: str) -> str:
+    text = _MARKDOWN_PUNCTUATION.sub(r"\\\1", text)
+    return "".join(_HTML.get(ch, ch) for ch in text)
 
 
 def inert(value: Any) -> str:
-    """Run content (instructions, reasons, error text, names) as Markdown that renders as the text itself:
-    every Markdown or HTML sign escaped, so no image, link, autolink or tag in it can come alive."""
+    """Run content (instructions, reasons, error text, names) as Markdown that renders as the text itself, on
+    one line: every Markdown sign escaped, HTML written as entities, and each URL in a code span (where no
+    renderer links it), so no image, link or tag in it can come alive."""
     text = " ".join(str(value).split())
-    return _MARKDOWN_PUNCTUATION.sub(r"\\\1", text)
+    parts, start = [], 0
+    for url in _URL.finditer(text):
+        parts += [_escaped(text[start : url.start()]), code_span(url.group(0))]
+        start = url.end()
+    return "".join(parts) + _escaped(text[start:])
 
 
 def _ticks(text: str) -> int:
