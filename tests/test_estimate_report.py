@@ -408,3 +408,35 @@ def test_why_unchanged_says_when_the_budget_stopped_the_run_before_any_candidate
     assert "stopped before a candidate was judged" in said and stop in said
     waiting = why_unchanged([{**round_, "clusters": 0}], [], "max_rounds=1 reached")
     assert "no cluster reached the minimum cluster size" in waiting
+
+
+PAYLOADS = [
+    "![img](http://evil.example/a.png)",
+    "<img src=http://evil.example/b.png>",
+    "[click](http://evil.example/c)",
+    "<a href='http://evil.example/d'>x</a>",
+    "http://evil.example/e.png",
+]
+
+
+def test_run_content_stays_inert_in_result_md():
+    markdown = pytest.importorskip("markdown")
+    from dspy_agentgrad.reporting.results import AgentGradResult, CandidateRecord
+
+    hostile = " ".join(PAYLOADS)
+    result = AgentGradResult(
+        best_val_score=1.0,
+        initial_val_score=0.0,
+        final_instructions={"answer": f"Answer well.\n```\n{hostile}\n```\n{hostile}", "n`a`me": hostile},
+        initial_instructions={"answer": "Answer."},
+        final_demos={"answer": [{"question": f"what is `x`? {hostile}", "answer": f"`` {hostile}"}]},
+        candidates=[
+            CandidateRecord(0, f"answer {hostile}", 2, 2, hostile, "Answer.", hostile, reason=f"| {hostile} |")
+        ],
+        stop_reason=hostile,
+        program_errors={hostile: 1},
+    )
+    text = result.to_markdown()
+    page = markdown.markdown(text, extensions=["tables", "fenced_code"])
+    assert "<img" not in page and "<a " not in page and "<a>" not in page
+    assert text.count("evil.example") == page.count("evil.example")  # every payload still shown, as text
