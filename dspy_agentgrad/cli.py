@@ -12,8 +12,9 @@ import importlib
 import json
 import logging
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
+from typing import NoReturn
 
 from .reporting.estimate import SAMPLE_SIZE
 
@@ -26,8 +27,66 @@ and hinted runs, and one rewrite per blamed predictor run on its failures; it sa
 that paid) and prints projected metric calls, LM calls and tokens, USD and wall time."""
 
 
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse, but an argument error is one line (``prog: error: ...``, naming the option) and exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def at_least(minimum: int) -> Callable[[str], int]:
+    """An argparse type: a whole number of at least ``minimum``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be {minimum} or more, got {value}")
+        return value
+
+    return parse
+
+
+def fraction(text: str) -> float:
+    """An argparse type: a number in (0, 1]."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"must be above 0 and at most 1, got {value}")
+    return value
+
+
+def folder(text: str) -> Path:
+    """An argparse type: an existing folder."""
+    path = Path(text)
+    if not text.strip():
+        raise argparse.ArgumentTypeError("is empty: pass a folder")
+    if not path.exists():
+        raise argparse.ArgumentTypeError(f"{path} does not exist")
+    if not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{path} is not a folder")
+    return path
+
+
+def new_or_folder(text: str) -> Path:
+    """An argparse type: a folder to write into, existing or not (never a file, nor under one)."""
+    path = Path(text)
+    if not text.strip():
+        raise argparse.ArgumentTypeError("is empty: pass a folder")
+    for place in (path, *path.parents):
+        if place.exists():
+            if not place.is_dir():
+                raise argparse.ArgumentTypeError(f"{place} is a file, not a folder")
+            break
+    return path
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="agentgrad",
         description="AgentGrad, a DSPy prompt optimizer for multi-module programs: demo, reports, cost estimates.",
     )
@@ -43,7 +102,7 @@ def _parser() -> argparse.ArgumentParser:
         description="Rebuild the HTML report of a finished run from LOG_DIR/result.json, and with --png its charts "
         "as validation_curve.png and attributions.png (needs matplotlib).",
     )
-    report.add_argument("log_dir", type=Path, metavar="LOG_DIR", help="the log_dir the run was compiled with")
+    report.add_argument("log_dir", type=folder, metavar="LOG_DIR", help="the log_dir the run was compiled with")
     report.add_argument("--png", action="store_true", help="also draw the two charts as PNG files (matplotlib)")
     estimate = sub.add_parser(
         "estimate",
@@ -54,7 +113,7 @@ def _parser() -> argparse.ArgumentParser:
     estimate.add_argument("job", metavar="MODULE:FUNC", help="e.g. my_project.optimize:job")
     estimate.add_argument(
         "--sample-size",
-        type=int,
+        type=at_least(1),
         default=SAMPLE_SIZE,
         help=f"training examples to sample (default {SAMPLE_SIZE}, as AgentGrad.estimate)",
     )
@@ -62,19 +121,57 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def load_job(spec: str) -> Mapping:
-    """Import ``module:function``, call it, and check what it returned."""
+def _job_function(spec: str) -> Callable[[], object]:
+    """The function ``module:function`` names, imported from the current folder (or an argument error)."""
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
-        raise SystemExit(f"agentgrad estimate: expected MODULE:FUNC, got {spec!r}")
+        raise argparse.ArgumentTypeError(f"expected MODULE:FUNC (e.g. my_project.optimize:job), got {spec!r}")
     sys.path.insert(0, str(Path.cwd()))
     try:
-        job = getattr(importlib.import_module(module_name), attr)()
-    except (ImportError, AttributeError) as exc:
-        raise SystemExit(f"agentgrad estimate: cannot load {spec!r}: {exc}") from None
-    missing = [k for k in ("optimizer", "program", "trainset") if not isinstance(job, Mapping) or k not in job]
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise argparse.ArgumentTypeError(f"cannot import {module_name!r} from {Path.cwd()}: {exc}") from None
+    function = getattr(module, attr, None)
+    if not callable(function):
+        raise argparse.ArgumentTypeError(f"{module_name} has no function {attr!r}")
+    return function
+
+
+def _job_problems(job: object) -> str | None:
+    """What is wrong with what a job function returned, or None."""
+    import dspy
+
+    from .teleprompter import AgentGrad
+
+    if not isinstance(job, Mapping):
+        return f"returned a {type(job).__name__}, not a mapping"
+    missing = [k for k in ("optimizer", "program", "trainset") if k not in job]
     if missing:
-        raise SystemExit(f"agentgrad estimate: {spec} must return a mapping with keys {missing} (see --help)")
+        return f"returned no {', '.join(map(repr, missing))}"
+    wrong = [
+        f"{k!r} is a {type(job[k]).__name__}, not a {t.__name__}"
+        for k, t in (("optimizer", AgentGrad), ("program", dspy.Module))
+        if not isinstance(job[k], t)
+    ]
+    for key in ("trainset", "valset"):
+        value = job.get(key)
+        if value is not None and (isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Iterable)):
+            wrong.append(f"{key!r} is a {type(value).__name__}, not a list of dspy.Example")
+    return "; ".join(wrong) or None
+
+
+def load_job(spec: str, parser: argparse.ArgumentParser | None = None) -> Mapping:
+    """Import ``module:function``, call it, and check what it returned; a wrong ``spec`` or a return value of the
+    wrong shape is an argument error (exit status 2, before anything is paid)."""
+    parser = parser or _parser()
+    try:
+        function = _job_function(spec)
+    except argparse.ArgumentTypeError as exc:
+        parser.error(f"argument MODULE:FUNC: {exc}")
+    job = function()
+    problem = _job_problems(job)
+    if problem:
+        parser.error(f"argument MODULE:FUNC: {spec} {problem} (see agentgrad estimate --help)")
     return job
 
 
@@ -95,12 +192,14 @@ def main(argv: list[str] | None = None) -> None:
 
         try:
             page = write_report(args.log_dir, pngs=args.png)
-        except (FileNotFoundError, ImportError, ValueError) as exc:
+        except FileNotFoundError as exc:
+            parser.error(f"argument LOG_DIR: {exc}")
+        except (ImportError, ValueError) as exc:
             raise SystemExit(f"agentgrad report: {exc}") from None
         print(f"wrote {page}" + (f" and the PNG charts in {args.log_dir}" if args.png else ""))
         return
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
-    job = load_job(args.job)
+    job = load_job(args.job, parser)
     estimate = job["optimizer"].estimate(
         job["program"], trainset=job["trainset"], valset=job.get("valset"), sample_size=args.sample_size
     )

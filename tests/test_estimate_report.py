@@ -362,9 +362,19 @@ def test_agentgrad_report_rebuilds_the_page(finished_run, capsys):
     assert (finished_run / "report.html").exists()
 
 
-def test_agentgrad_report_on_a_folder_without_a_result_says_what_to_pass(tmp_path):
-    with pytest.raises(SystemExit, match="result.json not found: pass the log_dir of a finished AgentGrad run"):
-        cli_main(["report", str(tmp_path)])
+def argument_error(argv: list[str], capsys) -> str:
+    """The one line an argument error prints (exit status 2)."""
+    with pytest.raises(SystemExit) as stopped:
+        cli_main(argv)
+    assert stopped.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in lines[0]
+    return lines[0]
+
+
+def test_agentgrad_report_on_a_folder_without_a_result_says_what_to_pass(tmp_path, capsys):
+    line = argument_error(["report", str(tmp_path)], capsys)
+    assert "LOG_DIR" in line and "result.json not found: pass the log_dir of a finished AgentGrad run" in line
 
 
 def test_agentgrad_estimate_loads_a_job_and_prints_the_estimate(tmp_path, monkeypatch, capsys):
@@ -390,8 +400,7 @@ def test_agentgrad_estimate_loads_a_job_and_prints_the_estimate(tmp_path, monkey
     cli_main(["estimate", "my_job:job", "--json", "--sample-size", "4"])
     printed = json.loads(capsys.readouterr().out)
     assert printed["metric_calls"] > 0 and printed["sample"]["runs"] >= 4
-    with pytest.raises(SystemExit, match="expected MODULE:FUNC"):
-        cli_main(["estimate", "my_job"])
+    assert "expected MODULE:FUNC" in argument_error(["estimate", "my_job"], capsys)
 
 
 def test_agentgrad_help_lists_the_commands():
@@ -440,3 +449,31 @@ def test_run_content_stays_inert_in_result_md():
     page = markdown.markdown(text, extensions=["tables", "fenced_code"])
     assert "<img" not in page and "<a " not in page and "<a>" not in page
     assert text.count("evil.example") == page.count("evil.example")  # every payload still shown, as text
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["report", "{tmp}/missing"], "LOG_DIR"),
+        (["report", ""], "LOG_DIR"),
+        (["report", "{tmp}/a_file"], "LOG_DIR"),
+        (["estimate", "nocolon"], "MODULE:FUNC"),
+        (["estimate", "nosuchmod:job"], "MODULE:FUNC"),
+        (["estimate", "wrong_job:job"], "MODULE:FUNC"),
+        (["estimate", "wrong_job:job", "--sample-size", "0"], "--sample-size"),
+        (["estimate", "wrong_job:job", "--sample-size", "-2"], "--sample-size"),
+        (["demo", "--train", "0"], "--train"),
+        (["demo", "--threads", "0"], "--threads"),
+        (["demo", "--max-metric-calls", "0"], "--max-metric-calls"),
+        (["demo", "--fix-threshold", "2"], "--fix-threshold"),
+        (["demo", "--out", "{tmp}/a_file"], "--out"),
+    ],
+)
+def test_an_argument_error_is_one_line_naming_the_option_and_exit_status_2(tmp_path, monkeypatch, capsys, argv, named):
+    (tmp_path / "a_file").write_text("not a folder")
+    (tmp_path / "wrong_job.py").write_text(
+        "def job():\n    return {'optimizer': 'AgentGrad', 'program': None, 'trainset': 'abc'}\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    line = argument_error([a.format(tmp=tmp_path) for a in argv], capsys)  # nothing ran: no LM is configured
+    assert f"argument {named}" in line
