@@ -69,3 +69,43 @@ def test_a_killed_run_pays_again_only_for_the_answers_in_flight(
     assert decisions(tmp_path) == expected
     in_flight = int(threads)  # answered but not yet journaled when the signal came: at most one per thread
     assert expected_calls <= task_calls(tmp_path) <= expected_calls + in_flight
+
+
+# ---- a run a cap stopped, compiled again ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("cap", "value"), [("max_task_tokens", 15000), ("max_task_tokens", 25000), ("max_prompt_tokens", 50000)]
+)
+def test_compiling_again_a_run_a_token_cap_stopped_pays_nothing_and_changes_nothing(tmp_path, cap, value):
+    import dspy
+    from world import Pipeline, World, feedback_metric, make_data, world_lm
+
+    from dspy_agentgrad import AgentGrad
+
+    train = make_data({"extract": 3, "notes": 3, "answer": 2, "none": 2})
+    val = make_data({"extract": 2, "notes": 2, "answer": 2, "none": 2}, start=50)
+    results = []
+    for _ in range(3):
+        world = World()
+        dspy.configure(lm=world_lm(world))
+        optimizer = AgentGrad(
+            feedback_metric,
+            auto=None,
+            max_rounds=4,
+            retry_backoff_s=0,
+            progress=False,
+            log_dir=tmp_path,
+            **{cap: value},
+        )
+        result = optimizer.compile(Pipeline(), trainset=train, valset=val).detailed_results
+        results.append((result, sum(world.calls.values())))
+    (first, first_calls), *again = results
+    assert first.stop_reason.startswith("budget exhausted") and first_calls > 0  # the cap stopped the run
+    for result, calls in again:
+        assert calls == 0  # nothing paid again
+        assert (result.best_val_score, result.final_instructions, result.stop_reason) == (
+            first.best_val_score,
+            first.final_instructions,
+            first.stop_reason,
+        )

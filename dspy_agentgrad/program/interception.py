@@ -39,7 +39,7 @@ import dspy
 import pydantic
 from dspy.signatures.signature import ensure_signature
 
-from ..runtime.budget import Budget, TaskCapReached, TaskTicket, task_ticket
+from ..runtime.budget import Budget, TaskCapReached, task_ticket
 from ..runtime.jsonable import digest, to_jsonable
 from ..runtime.paid_work import AnswerJournal
 from ..runtime.usage import empty_usage, track
@@ -324,8 +324,7 @@ class _Call:
         usage = record.get("usage") or {}
         self.control.add_journaled(usage)
         if self.control.budget is not None:
-            tokens = usage.get("prompt_tokens", 0) + usage.get("completion_tokens", 0)
-            self.control.budget.settle_task_call(TaskTicket(0, 0), usage.get("calls", 0), tokens)
+            self.control.budget.charge_replayed_task(usage)
         trace = dspy.settings.trace
         if trace is not None:
             trace.append((self.predictor, dict(self.kwargs), prediction))

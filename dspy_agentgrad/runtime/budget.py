@@ -143,6 +143,14 @@ class Budget:
             self.task_tokens += tokens
             self._task_settled.notify_all()
 
+    def charge_replayed_task(self, usage: dict[str, Any]) -> None:
+        """Count task-LM usage paid by an earlier compile on this ``log_dir`` (a result read back from the
+        journal) against the task-LM caps, as it counted when it was paid: a compile again on a run a cap
+        stopped stops at the same point and pays nothing again."""
+        if self.task_capped:
+            tokens = int(usage.get("prompt_tokens", 0)) + int(usage.get("completion_tokens", 0))
+            self.settle_task_call(TaskTicket(0, 0), int(usage.get("calls", 0)), tokens)
+
     def remaining(self) -> float:
         """Metric calls left for any step (infinite without a cap): what is set aside is not."""
         if self.max_metric_calls is None:

@@ -29,10 +29,19 @@ T = TypeVar("T")
 class PaidWork(Generic[T]):
     """Work that costs money, done once per key: looked up, awaited, or paid and journaled."""
 
-    def __init__(self, memo: Memo, encode: Callable[[T], Any], decode: Callable[[Any], T]):
+    def __init__(
+        self,
+        memo: Memo,
+        encode: Callable[[T], Any],
+        decode: Callable[[Any], T],
+        replayed: Callable[[T], None] | None = None,
+    ):
+        """``replayed`` is told of each result taken from the journal (paid by an earlier compile), so that
+        it counts against the caps as when it was paid."""
         self.memo = memo
         self.encode = encode
         self.decode = decode
+        self.replayed = replayed
         self._settled: dict[str, T] = {}
         self._in_flight: dict[str, threading.Event] = {}
         self._lock = threading.Lock()
@@ -64,6 +73,8 @@ class PaidWork(Generic[T]):
             stored = self.memo.get(key)
             if stored is not None:
                 value = self.decode(stored)
+                if self.replayed is not None:
+                    self.replayed(value)
             else:
                 value = pay()
                 self.memo.put(key, self.encode(value))
