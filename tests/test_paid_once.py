@@ -109,3 +109,21 @@ def test_compiling_again_a_run_a_token_cap_stopped_pays_nothing_and_changes_noth
             first.final_instructions,
             first.stop_reason,
         )
+
+
+# ---- caps count the whole prompt ----------------------------------------------------------------------
+
+
+def test_a_task_calls_worst_case_counts_the_demonstrations_it_shows():
+    import dspy
+
+    from dspy_agentgrad.runtime.budget import estimated_tokens, task_ticket
+    from dspy_agentgrad.testing import RuleEngine, fake_lm
+
+    lm = fake_lm(RuleEngine(lambda call: {"answer": "x"}))
+    signature = dspy.Signature("question -> answer")
+    note = "a long worked example that the prompt shows before the question " * 30
+    demos = [dspy.Example(question=note, answer=note) for _ in range(4)]
+    bare = task_ticket(lm, signature, {"question": "q"})
+    shown = task_ticket(lm, signature, {"question": "q"}, demos)
+    assert shown.tokens - bare.tokens >= 2 * estimated_tokens(note) * len(demos)  # each request shows them all
