@@ -32,7 +32,7 @@ from .reporting.results import AgentGradResult, AttributionReport
 from .reporting.tracking import MlflowTracker, autolog_logs_compiles, follow_dspy_autolog, import_mlflow
 from .reporting.wandb_tracking import WandbSettings, WandbTracker, import_wandb
 from .roles.instruction_proposer import InstructionProposer
-from .runtime.budget import Budget
+from .runtime.budget import Budget, BudgetExhausted
 from .runtime.jsonable import digest, example_key, to_jsonable
 from .runtime.redaction import Redactor, redacted_logs
 from .runtime.run_lock import LogDirLock
@@ -221,6 +221,13 @@ class AgentGrad(Teleprompter):
         return names, trainset, valset, max_calls, max_rounds
 
     # ---- public API ---------------------------------------------------------------------------
+    def _budget(self, max_calls: int | None) -> Budget:
+        """The run's caps: metric calls, prompt-LM tokens and cost, task-LM calls and tokens."""
+        config = self.config
+        return Budget(
+            max_calls, config.max_prompt_tokens, config.max_prompt_cost, config.max_task_calls, config.max_task_tokens
+        )
+
     def estimate(
         self,
         program: dspy.Module,
@@ -246,8 +253,14 @@ class AgentGrad(Teleprompter):
         chosen = {id(example) for example in sample}
         rest = [example for example in trainset if id(example) not in chosen]
         held_out = draw.sample(rest, min(sample_size, len(rest)))
-        parts = self._parts(program, Budget(None), None)
-        stats = measure_sample(self.config, self._engine(parts, sample, sample), sample, held_out)
+        parts = self._parts(program, self._budget(max_calls), None)
+        try:
+            stats = measure_sample(self.config, self._engine(parts, sample, sample), sample, held_out)
+        except BudgetExhausted as stop:  # every cap binds the estimate's own spending too
+            raise BudgetExhausted(
+                f"the estimate's sample of {len(sample)} training examples reached a cap before it was measured "
+                f"({stop}); what it paid stayed within the caps. Pass a smaller sample_size, or raise the cap"
+            ) from None
         return estimator(self.config, self._lms(), names, len(trainset), len(valset), max_calls, max_rounds)(stats)
 
     def attribute(self, program: dspy.Module, examples: list[dspy.Example]) -> AttributionReport:
@@ -310,13 +323,7 @@ class AgentGrad(Teleprompter):
             fingerprint = self._fingerprint(student, trainset, valset)
             identity = check_fingerprint(self.log_dir, fingerprint, self.config.resume_despite, _option_defaults())
             resumed, run_id = identity.resumed, identity.run_id
-        budget = Budget(
-            max_calls,
-            self.config.max_prompt_tokens,
-            self.config.max_prompt_cost,
-            self.config.max_task_calls,
-            self.config.max_task_tokens,
-        )
+        budget = self._budget(max_calls)
         options = {**self.config.fingerprint(), "max_rounds": max_rounds, "num_threads": self.config.num_threads}
         parts = self._parts(student, budget, self.log_dir, run_id)
         state = RunState(dict(parts.instructions))

@@ -127,3 +127,20 @@ def test_a_task_calls_worst_case_counts_the_demonstrations_it_shows():
     bare = task_ticket(lm, signature, {"question": "q"})
     shown = task_ticket(lm, signature, {"question": "q"}, demos)
     assert shown.tokens - bare.tokens >= 2 * estimated_tokens(note) * len(demos)  # each request shows them all
+
+
+def test_the_estimate_pays_within_every_cap():
+    import dspy
+    from world import Pipeline, World, feedback_metric, make_data, world_lm
+
+    from dspy_agentgrad import AgentGrad
+    from dspy_agentgrad.runtime.budget import BudgetExhausted
+
+    world = World()
+    dspy.configure(lm=world_lm(world))
+    optimizer = AgentGrad(feedback_metric, auto=None, max_rounds=2, progress=False, max_task_calls=10)
+    train = make_data({"extract": 6, "notes": 6, "answer": 4, "none": 4})
+    with pytest.raises(BudgetExhausted, match="the estimate's sample .* reached a cap"):
+        optimizer.estimate(Pipeline(), trainset=train, sample_size=8)
+    task_calls = sum(world.calls[name] for name in ("extract", "notes", "answer"))
+    assert 0 < task_calls <= 10
