@@ -253,10 +253,10 @@ class AgentGrad(Teleprompter):
         chosen = {id(example) for example in sample}
         rest = [example for example in trainset if id(example) not in chosen]
         held_out = draw.sample(rest, min(sample_size, len(rest)))
-        parts = self._parts(program, self._budget(max_calls), None)
+        parts = self._parts(program, self._budget(None), None)  # the metric-call budget is what it projects
         try:
             stats = measure_sample(self.config, self._engine(parts, sample, sample), sample, held_out)
-        except BudgetExhausted as stop:  # every cap binds the estimate's own spending too
+        except BudgetExhausted as stop:  # every cap on LM tokens, calls and cost binds its own spending too
             raise BudgetExhausted(
                 f"the estimate's sample of {len(sample)} training examples reached a cap before it was measured "
                 f"({stop}); what it paid stayed within the caps. Pass a smaller sample_size, or raise the cap"

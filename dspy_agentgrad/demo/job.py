@@ -19,7 +19,7 @@ from typing import Any
 
 import dspy
 
-from ..cli import ArgumentParser, at_least, fraction, new_or_folder
+from ..arguments import ArgumentParser, at_least, fraction, new_or_folder
 from ..config import VAL_ACCEPTANCE
 from ..core.events import AgentGradCallback, AttributionDone, ValidationScored
 from ..embedded_lm.grammar import OutputLimits
