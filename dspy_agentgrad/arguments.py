@@ -42,26 +42,22 @@ def fraction(text: str) -> float:
     return value
 
 
-def folder(text: str) -> Path:
-    """An argparse type: an existing folder."""
-    path = Path(text)
-    if not text.strip():
-        raise argparse.ArgumentTypeError("is empty: pass a folder")
-    if not path.exists():
-        raise argparse.ArgumentTypeError(f"{path} does not exist")
-    if not path.is_dir():
-        raise argparse.ArgumentTypeError(f"{path} is not a folder")
-    return path
-
-
 def new_or_folder(text: str) -> Path:
     """An argparse type: a folder to write into, existing or not (never a file, nor under one)."""
-    path = Path(text)
     if not text.strip():
         raise argparse.ArgumentTypeError("is empty: pass a folder")
+    path = Path(text)
     for place in (path, *path.parents):
         if place.exists():
             if not place.is_dir():
                 raise argparse.ArgumentTypeError(f"{place} is a file, not a folder")
             break
+    return path
+
+
+def folder(text: str) -> Path:
+    """An argparse type: an existing folder."""
+    path = new_or_folder(text)
+    if not path.exists():
+        raise argparse.ArgumentTypeError(f"{path} does not exist")
     return path
