@@ -218,6 +218,7 @@ class AgentGrad(Teleprompter):
             max_calls = auto_budget(self.config.auto, len(names), len(valset))
         if self.config.max_full_evals is not None:  # as dspy.GEPA counts a full evaluation: train + validation
             max_calls = self.config.max_full_evals * (len(trainset) + len(valset))
+        _check_something_can_happen(self.config.val_acceptance, len(valset), max_calls)
         return names, trainset, valset, max_calls, max_rounds
 
     # ---- public API ---------------------------------------------------------------------------
@@ -413,6 +414,22 @@ class AgentGrad(Teleprompter):
             self._redactor(student).save(program, self.log_dir / "optimized_program.json")
             write_report(self.log_dir, outcome)
         return program
+
+
+def _check_something_can_happen(val_acceptance: str, n_val: int, max_calls: int | None) -> None:
+    """Refuse, before anything is paid, a run whose settings leave it nothing it could ever do."""
+    if val_acceptance == "robust" and n_val < 2:
+        raise ValueError(
+            "val_acceptance='robust' keeps a candidate only when its validation gain survives dropping the example "
+            "it gains most on: with 1 validation example no candidate can ever be kept, and every metric call would "
+            "be wasted. Pass at least 2 validation examples, or val_acceptance='strict'"
+        )
+    if max_calls is not None and max_calls < n_val:
+        raise ValueError(
+            f"max_metric_calls={max_calls} is less than one validation pass ({n_val} validation examples, one metric "
+            "call each): the starting program cannot even be scored, so nothing could happen. Raise "
+            f"max_metric_calls above {n_val}, or pass fewer validation examples"
+        )
 
 
 def _option_defaults() -> dict:

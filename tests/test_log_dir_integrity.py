@@ -256,3 +256,24 @@ def test_a_lock_note_that_cannot_be_written_releases_the_lock(tmp_path, disk_fil
     monkeypatch.undo()  # room on the disk again
     with LogDirLock(tmp_path):  # the same process tries again: the failed attempt holds nothing
         pass
+
+
+# ---- settings that leave a run nothing to do ----------------------------------------------------------------
+
+
+def test_robust_acceptance_with_one_validation_example_is_refused_saying_why(tmp_path):
+    dspy.configure(lm=world_lm(World()))
+    optimizer = AgentGrad(metric, val_acceptance="robust", max_rounds=2, **FAST)
+    CALLS.clear()
+    with pytest.raises(ValueError, match="with 1 validation example no candidate can ever be kept"):
+        optimizer.compile(Pipeline(), trainset=TRAIN, valset=VAL[:1])
+    assert not CALLS
+
+
+def test_a_metric_call_budget_below_one_validation_pass_is_refused_saying_why(tmp_path):
+    dspy.configure(lm=world_lm(World()))
+    optimizer = AgentGrad(metric, max_metric_calls=5, **FAST)
+    CALLS.clear()
+    with pytest.raises(ValueError, match=r"max_metric_calls=5 is less than one validation pass \(8 validation"):
+        optimizer.compile(Pipeline(), trainset=TRAIN, valset=VAL)
+    assert not CALLS
