@@ -417,7 +417,8 @@ class AgentGrad(Teleprompter):
 
 
 def _check_something_can_happen(val_acceptance: str, n_val: int, max_calls: int | None) -> None:
-    """Refuse, before anything is paid, a run whose settings leave it nothing it could ever do."""
+    """Refuse (or, for a budget too small to start, warn), before anything is paid, a run whose settings leave it
+    nothing it could ever do."""
     if val_acceptance == "robust" and n_val < 2:
         raise ValueError(
             "val_acceptance='robust' keeps a candidate only when its validation gain survives dropping the example "
@@ -425,10 +426,13 @@ def _check_something_can_happen(val_acceptance: str, n_val: int, max_calls: int 
             "be wasted. Pass at least 2 validation examples, or val_acceptance='strict'"
         )
     if max_calls is not None and max_calls < n_val:
-        raise ValueError(
-            f"max_metric_calls={max_calls} is less than one validation pass ({n_val} validation examples, one metric "
-            "call each): the starting program cannot even be scored, so nothing could happen. Raise "
-            f"max_metric_calls above {n_val}, or pass fewer validation examples"
+        logger.warning(
+            "max_metric_calls=%d is less than one validation pass (%d validation examples, one metric call each): "
+            "the starting program cannot even be scored, so nothing will happen. Raise max_metric_calls to at least "
+            "%d, or pass fewer validation examples",
+            max_calls,
+            n_val,
+            n_val,
         )
 
 
