@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import json
 import logging
 import random
 import sys
-import tempfile
 from collections.abc import Callable
 from contextlib import nullcontext
 from pathlib import Path
@@ -34,11 +32,11 @@ from .reporting.results import AgentGradResult, AttributionReport
 from .reporting.tracking import MlflowTracker, autolog_logs_compiles, follow_dspy_autolog, import_mlflow
 from .reporting.wandb_tracking import WandbSettings, WandbTracker, import_wandb
 from .roles.instruction_proposer import InstructionProposer
-from .runtime.budget import Budget
-from .runtime.jsonable import digest, example_key
+from .runtime.budget import Budget, BudgetExhausted
+from .runtime.jsonable import digest, example_key, to_jsonable
 from .runtime.redaction import Redactor, redacted_logs
 from .runtime.run_lock import LogDirLock
-from .runtime.store import atomic_write_json, check_fingerprint
+from .runtime.store import atomic_write_json, atomic_write_text, check_fingerprint
 from .sampling import measure_sample
 from .wiring import RunParts, estimator, run_lms, run_parts, run_redactor, signature_text
 
@@ -221,9 +219,17 @@ class AgentGrad(Teleprompter):
             max_calls = auto_budget(self.config.auto, len(names), len(valset))
         if self.config.max_full_evals is not None:  # as dspy.GEPA counts a full evaluation: train + validation
             max_calls = self.config.max_full_evals * (len(trainset) + len(valset))
+        _check_something_can_happen(self.config.val_acceptance, len(valset), max_calls)
         return names, trainset, valset, max_calls, max_rounds
 
     # ---- public API ---------------------------------------------------------------------------
+    def _budget(self, max_calls: int | None) -> Budget:
+        """The run's caps: metric calls, prompt-LM tokens and cost, task-LM calls and tokens."""
+        config = self.config
+        return Budget(
+            max_calls, config.max_prompt_tokens, config.max_prompt_cost, config.max_task_calls, config.max_task_tokens
+        )
+
     def estimate(
         self,
         program: dspy.Module,
@@ -249,8 +255,14 @@ class AgentGrad(Teleprompter):
         chosen = {id(example) for example in sample}
         rest = [example for example in trainset if id(example) not in chosen]
         held_out = draw.sample(rest, min(sample_size, len(rest)))
-        parts = self._parts(program, Budget(None), None)
-        stats = measure_sample(self.config, self._engine(parts, sample, sample), sample, held_out)
+        parts = self._parts(program, self._budget(None), None)  # the metric-call budget is what it projects
+        try:
+            stats = measure_sample(self.config, self._engine(parts, sample, sample), sample, held_out)
+        except BudgetExhausted as stop:  # every cap on LM tokens, calls and cost binds its own spending too
+            raise BudgetExhausted(
+                f"the estimate's sample of {len(sample)} training examples reached a cap before it was measured "
+                f"({stop}); what it paid stayed within the caps. Pass a smaller sample_size, or raise the cap"
+            ) from None
         return estimator(self.config, self._lms(), names, len(trainset), len(valset), max_calls, max_rounds)(stats)
 
     def attribute(self, program: dspy.Module, examples: list[dspy.Example]) -> AttributionReport:
@@ -311,15 +323,9 @@ class AgentGrad(Teleprompter):
         resumed, run_id = False, None
         if self.log_dir is not None:
             fingerprint = self._fingerprint(student, trainset, valset)
-            identity = check_fingerprint(self.log_dir, fingerprint, self.config.resume_despite)
+            identity = check_fingerprint(self.log_dir, fingerprint, self.config.resume_despite, _option_defaults())
             resumed, run_id = identity.resumed, identity.run_id
-        budget = Budget(
-            max_calls,
-            self.config.max_prompt_tokens,
-            self.config.max_prompt_cost,
-            self.config.max_task_calls,
-            self.config.max_task_tokens,
-        )
+        budget = self._budget(max_calls)
         options = {**self.config.fingerprint(), "max_rounds": max_rounds, "num_threads": self.config.num_threads}
         parts = self._parts(student, budget, self.log_dir, run_id)
         state = RunState(dict(parts.instructions))
@@ -370,7 +376,8 @@ class AgentGrad(Teleprompter):
         if self.config.use_mlflow or autolog_logs_compiles():
             task, prompt = self._lms()
             optimized = lambda r: apply_state(student, r.final_state())  # noqa: E731
-            observers.append(MlflowTracker(options, {"task": task, "prompt": prompt}, snapshot, optimized))
+            lms = {"task": task, "prompt": prompt}
+            observers.append(MlflowTracker(options, lms, snapshot, optimized, self._redactor(student)))
         if self.wandb.enabled:
             observers.append(WandbTracker(self.wandb, options, snapshot))
         if self.log_dir is not None:
@@ -404,20 +411,37 @@ class AgentGrad(Teleprompter):
             program.detailed_results = outcome
         if self.log_dir is not None:
             atomic_write_json(self.log_dir / "result.json", outcome.to_dict())
-            (self.log_dir / "result.md").write_text(outcome.to_markdown(), encoding="utf-8")
-            _save_redacted(program, self.log_dir / "optimized_program.json", self._redactor(student))
+            atomic_write_text(self.log_dir / "result.md", outcome.to_markdown())
+            self._redactor(student).save(program, self.log_dir / "optimized_program.json")
             write_report(self.log_dir, outcome)
         return program
 
 
-def _save_redacted(program: dspy.Module, path: Path, redact: Redactor) -> None:
-    """``program.save(path)`` without credentials: DSPy drops ``api_key`` but keeps header values, so the
-    state is saved in a private temporary folder, redacted, and only then written to ``path``."""
-    with tempfile.TemporaryDirectory() as scratch:
-        raw = Path(scratch) / path.name
-        program.save(str(raw))
-        state = json.loads(raw.read_text(encoding="utf-8"))
-    path.write_text(json.dumps(redact.data(state), indent=2, ensure_ascii=False), encoding="utf-8")
+def _check_something_can_happen(val_acceptance: str, n_val: int, max_calls: int | None) -> None:
+    """Refuse (or, for a budget too small to start, warn), before anything is paid, a run whose settings leave it
+    nothing it could ever do."""
+    if val_acceptance == "robust" and n_val < 2:
+        raise ValueError(
+            "val_acceptance='robust' keeps a candidate only when its validation gain survives dropping the example "
+            "it gains most on: with 1 validation example no candidate can ever be kept, and every metric call would "
+            "be wasted. Pass at least 2 validation examples, or val_acceptance='strict'"
+        )
+    if max_calls is not None and max_calls < n_val:
+        logger.warning(
+            "max_metric_calls=%d is less than one validation pass (%d validation examples, one metric call each): "
+            "the starting program cannot even be scored, so nothing will happen. Raise max_metric_calls to at least "
+            "%d, or pass fewer validation examples",
+            max_calls,
+            n_val,
+            n_val,
+        )
+
+
+def _option_defaults() -> dict:
+    """Each option's neutral value, as the fingerprint writes it: an option a ``log_dir`` written before it existed
+    does not record is no difference at this value."""
+    fields = dataclasses.fields(AgentGradConfig)
+    return to_jsonable({f.name: f.default for f in fields if f.default is not dataclasses.MISSING})
 
 
 def _options_signature() -> inspect.Signature:

@@ -25,6 +25,7 @@ from .reporting.estimate import Estimate, RunSoFar, SampleStats, build_estimate
 from .roles.instruction_proposer import InstructionProposer
 from .roles.proposer import Proposer
 from .runtime.budget import Budget
+from .runtime.paid_work import AnswerJournal
 from .runtime.pricing import price_function
 from .runtime.redaction import Redactor
 from .runtime.retries import RetryPolicy
@@ -97,6 +98,7 @@ def run_parts(
         budget,
         config.run_timeout_s,
         config.metric_timeout_s,
+        AnswerJournal(memo) if log_dir is not None else None,
     )
     evaluator = Evaluator(
         executor_of(config.executor).runs(runner),

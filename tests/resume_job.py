@@ -2,9 +2,13 @@
 
 usage: python resume_job.py LOG_DIR OUT_JSON
 env: KILL_AT=<what>:<n>  SIGKILL this process at the n-th call of <what> in this process,
-         where <what> is "metric" (a scored program run) or a prompt-LM role of the
-         world ("gradient", "abstract", "rewrite");
+         where <what> is "metric" (a scored program run), "task" (a task-LM answer, killed
+         once it is paid, before the program sees it) or a prompt-LM role of the world
+         ("gradient", "abstract", "rewrite");
      LEDGER=<file>      append a line per metric call (to count calls across processes);
+     TASK_LEDGER=<file> append a line per task-LM call (paid: the LM answered);
+     KILL_SIGNAL=TERM   end the process with SIGTERM rather than SIGKILL;
+     SPECULATE=0        speculate=False;
      THREADS=<n>        num_threads (default 1);
      ALIASES=1          give each example set- and frozenset-valued label fields (their order varies by process).
 """
@@ -19,6 +23,7 @@ from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's dspy_agentgrad, not an installed one
 
 import dspy  # noqa: E402
 from world import Pipeline, World, feedback_metric, make_data, world_lm  # noqa: E402
@@ -32,10 +37,19 @@ seen: Counter[str] = Counter()
 def maybe_die(what: str) -> None:
     seen[what] += 1
     if what == KILL_WHAT and seen[what] == int(KILL_N):
-        os.kill(os.getpid(), signal.SIGKILL)
+        os.kill(os.getpid(), getattr(signal, "SIG" + os.environ.get("KILL_SIGNAL", "KILL")))
 
 
 class KillableWorld(World):
+    def __call__(self, call):
+        reply = super().__call__(call)
+        if "current_instruction" not in call.inputs:
+            if os.environ.get("TASK_LEDGER"):
+                with open(os.environ["TASK_LEDGER"], "a") as handle:
+                    handle.write("1\n")
+            maybe_die("task")
+        return reply
+
     def _role(self, call):
         reply = super()._role(call)
         for role in ("gradient", "abstract", "rewrite"):
@@ -77,6 +91,7 @@ def main(log_dir: str, out: str) -> None:
         seed=1,
         log_dir=log_dir,
         num_threads=int(os.environ.get("THREADS", "1")),
+        speculate=os.environ.get("SPECULATE", "1") == "1",
         progress=False,
         retry_backoff_s=0,
     )

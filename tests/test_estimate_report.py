@@ -362,9 +362,19 @@ def test_agentgrad_report_rebuilds_the_page(finished_run, capsys):
     assert (finished_run / "report.html").exists()
 
 
-def test_agentgrad_report_on_a_folder_without_a_result_says_what_to_pass(tmp_path):
-    with pytest.raises(SystemExit, match="result.json not found: pass the log_dir of a finished AgentGrad run"):
-        cli_main(["report", str(tmp_path)])
+def argument_error(argv: list[str], capsys) -> str:
+    """The one line an argument error prints (exit status 2)."""
+    with pytest.raises(SystemExit) as stopped:
+        cli_main(argv)
+    assert stopped.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in lines[0]
+    return lines[0]
+
+
+def test_agentgrad_report_on_a_folder_without_a_result_says_what_to_pass(tmp_path, capsys):
+    line = argument_error(["report", str(tmp_path)], capsys)
+    assert "LOG_DIR" in line and "result.json not found: pass the log_dir of a finished AgentGrad run" in line
 
 
 def test_agentgrad_estimate_loads_a_job_and_prints_the_estimate(tmp_path, monkeypatch, capsys):
@@ -390,8 +400,7 @@ def test_agentgrad_estimate_loads_a_job_and_prints_the_estimate(tmp_path, monkey
     cli_main(["estimate", "my_job:job", "--json", "--sample-size", "4"])
     printed = json.loads(capsys.readouterr().out)
     assert printed["metric_calls"] > 0 and printed["sample"]["runs"] >= 4
-    with pytest.raises(SystemExit, match="expected MODULE:FUNC"):
-        cli_main(["estimate", "my_job"])
+    assert "expected MODULE:FUNC" in argument_error(["estimate", "my_job"], capsys)
 
 
 def test_agentgrad_help_lists_the_commands():
@@ -408,3 +417,63 @@ def test_why_unchanged_says_when_the_budget_stopped_the_run_before_any_candidate
     assert "stopped before a candidate was judged" in said and stop in said
     waiting = why_unchanged([{**round_, "clusters": 0}], [], "max_rounds=1 reached")
     assert "no cluster reached the minimum cluster size" in waiting
+
+
+PAYLOADS = [
+    "![img](http://evil.example/a.png)",
+    "<img src=http://evil.example/b.png>",
+    "[click](http://evil.example/c)",
+    "<a href='http://evil.example/d'>x</a>",
+    "http://evil.example/e.png",
+]
+
+
+def test_run_content_stays_inert_in_result_md():
+    markdown = pytest.importorskip("markdown")
+    from dspy_agentgrad.reporting.results import AgentGradResult, CandidateRecord
+
+    hostile = " ".join(PAYLOADS)
+    result = AgentGradResult(
+        best_val_score=1.0,
+        initial_val_score=0.0,
+        final_instructions={"answer": f"Answer well.\n```\n{hostile}\n```\n{hostile}", "n`a`me": hostile},
+        initial_instructions={"answer": "Answer."},
+        final_demos={"answer": [{"question": f"what is `x`? {hostile}", "answer": f"`` {hostile}"}]},
+        candidates=[
+            CandidateRecord(0, f"answer {hostile}", 2, 2, hostile, "Answer.", hostile, reason=f"| {hostile} |")
+        ],
+        stop_reason=hostile,
+        program_errors={hostile: 1},
+    )
+    text = result.to_markdown()
+    page = markdown.markdown(text, extensions=["tables", "fenced_code"])
+    assert "<img" not in page and "<a " not in page and "<a>" not in page
+    assert text.count("evil.example") == page.count("evil.example")  # every payload still shown, as text
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["report", "{tmp}/missing"], "LOG_DIR"),
+        (["report", ""], "LOG_DIR"),
+        (["report", "{tmp}/a_file"], "LOG_DIR"),
+        (["estimate", "nocolon"], "MODULE:FUNC"),
+        (["estimate", "nosuchmod:job"], "MODULE:FUNC"),
+        (["estimate", "wrong_job:job"], "MODULE:FUNC"),
+        (["estimate", "wrong_job:job", "--sample-size", "0"], "--sample-size"),
+        (["estimate", "wrong_job:job", "--sample-size", "-2"], "--sample-size"),
+        (["demo", "--train", "0"], "--train"),
+        (["demo", "--threads", "0"], "--threads"),
+        (["demo", "--max-metric-calls", "0"], "--max-metric-calls"),
+        (["demo", "--fix-threshold", "2"], "--fix-threshold"),
+        (["demo", "--out", "{tmp}/a_file"], "--out"),
+    ],
+)
+def test_an_argument_error_is_one_line_naming_the_option_and_exit_status_2(tmp_path, monkeypatch, capsys, argv, named):
+    (tmp_path / "a_file").write_text("not a folder")
+    (tmp_path / "wrong_job.py").write_text(
+        "def job():\n    return {'optimizer': 'AgentGrad', 'program': None, 'trainset': 'abc'}\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    line = argument_error([a.format(tmp=tmp_path) for a in argv], capsys)  # nothing ran: no LM is configured
+    assert f"argument {named}" in line

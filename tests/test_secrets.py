@@ -6,6 +6,7 @@ import logging
 import re
 
 import dspy
+import pytest
 from world import Pipeline, World, feedback_metric, make_data, world_lm
 
 from dspy_agentgrad import AgentGrad
@@ -87,3 +88,51 @@ def test_a_metric_error_echoing_a_key_is_redacted_in_the_log_and_journal(tmp_pat
         AgentGrad(metric, max_rounds=1, log_dir=tmp_path, **FAST).compile(Pipeline(), trainset=TRAIN, valset=VAL)
     assert "judge call failed" in caplog.text and API_KEY not in caplog.text
     assert API_KEY not in (tmp_path / "memo.jsonl").read_text()
+
+
+URL_KEY = "urlkey-5e6f7a8b9c0d"  # only in the userinfo of a per-predictor LM's api_base
+AWS_SECRET = "aws-9a8b7c6d5e4f3a2b"  # only known by its setting's name
+AZURE_TOKEN = "az-1f2e3d4c5b6a7980"
+
+
+def test_every_credential_of_a_per_predictor_lm_is_kept_out_of_log_dir_and_mlflow(tmp_path, monkeypatch):
+    mlflow = pytest.importorskip("mlflow")
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    previous = mlflow.get_tracking_uri()
+    mlflow.set_tracking_uri((tmp_path / "mlruns").as_uri())
+    world = World()
+    dspy.configure(lm=world_lm(world))
+    program = Pipeline()
+    program.notes.lm = fake_lm(SavableEngine(world))
+    program.notes.lm.kwargs.update(
+        api_base=f"http://user:{URL_KEY}@gateway.internal/v1",
+        aws_secret_access_key=AWS_SECRET,
+        azure_ad_token=AZURE_TOKEN,
+        extra_headers={"X-Api-Key": HEADER_KEY},
+    )
+    try:
+        AgentGrad(feedback_metric, max_rounds=1, log_dir=tmp_path / "log", use_mlflow=True, **FAST).compile(
+            program, trainset=TRAIN, valset=VAL
+        )
+    finally:
+        while mlflow.active_run() is not None:
+            mlflow.end_run()
+        mlflow.set_tracking_uri(previous)
+    copies = [p for p in (tmp_path / "mlruns").rglob("optimized_program.json")]
+    assert copies and (tmp_path / "log" / "optimized_program.json").exists()
+    for folder in (tmp_path / "log", tmp_path / "mlruns"):
+        for name, text in files_in(folder).items():
+            for secret in (URL_KEY, AWS_SECRET, AZURE_TOKEN, HEADER_KEY):
+                assert secret not in text, (folder.name, name, secret)
+    saved = (tmp_path / "log" / "optimized_program.json").read_text()
+    assert "gateway.internal" in saved and "[redacted]" in saved  # the endpoint is kept, its user part is not
+    assert program.notes.lm.kwargs["aws_secret_access_key"] == AWS_SECRET  # the user's program is untouched
+
+
+def test_a_setting_counting_tokens_is_no_credential():
+    from dspy_agentgrad.runtime.redaction import credential_name
+
+    assert [credential_name(n) for n in ("api_key", "aws_secret_access_key", "azure_ad_token", "X-Api-Key")] == [
+        True
+    ] * 4
+    assert not any(credential_name(n) for n in ("max_tokens", "max_completion_tokens", "keyword", "temperature"))

@@ -9,7 +9,6 @@ tried, what was kept and why (``summary.json`` and ``demo.png``).
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import resource
@@ -20,6 +19,7 @@ from typing import Any
 
 import dspy
 
+from ..arguments import ArgumentParser, at_least, fraction, new_or_folder
 from ..config import VAL_ACCEPTANCE
 from ..core.events import AgentGradCallback, AttributionDone, ValidationScored
 from ..embedded_lm.grammar import OutputLimits
@@ -217,22 +217,25 @@ def run_demo(
 def main(argv: list[str] | None = None) -> None:
     """The demo's command line (``python -m dspy_agentgrad demo``): parse the options and run the job."""
     defaults = DemoSettings()
-    parser = argparse.ArgumentParser(prog="python -m dspy_agentgrad", description=__doc__.splitlines()[0])
+    parser = ArgumentParser(prog="python -m dspy_agentgrad", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="run AgentGrad on the two-step fact-extraction demo task")
     demo.add_argument("--lm", default="local", help="'local' (embedded GGUF model, default) or a litellm model name")
     demo.add_argument("--prompt-lm", default=None, help="LM for the optimizer's own roles (default: same as --lm)")
-    demo.add_argument("--train", type=int, default=defaults.n_train)
-    demo.add_argument("--val", type=int, default=defaults.n_val)
-    demo.add_argument("--test", type=int, default=defaults.n_test)
-    demo.add_argument("--max-metric-calls", type=int, default=defaults.max_metric_calls)
-    demo.add_argument("--rounds", type=int, default=defaults.max_rounds)
+    demo.add_argument("--train", type=at_least(1), default=defaults.n_train)
+    demo.add_argument("--val", type=at_least(1), default=defaults.n_val)
+    demo.add_argument("--test", type=at_least(1), default=defaults.n_test)
+    demo.add_argument("--max-metric-calls", type=at_least(1), default=defaults.max_metric_calls)
+    demo.add_argument("--rounds", type=at_least(1), default=defaults.max_rounds)
     demo.add_argument(
-        "--fix-threshold", type=float, default=defaults.fix_threshold, help="hinted score that counts as a fix"
+        "--fix-threshold", type=fraction, default=defaults.fix_threshold, help="hinted score that counts as a fix"
     )
     demo.add_argument("--hint-delivery", default=defaults.hint_delivery, choices=list(HINT_DELIVERIES))
     demo.add_argument(
-        "--str-chars", type=int, default=demo_task.TASK_STR_CHARS, help="grammar bound of the program's str fields"
+        "--str-chars",
+        type=at_least(1),
+        default=demo_task.TASK_STR_CHARS,
+        help="grammar bound of the program's str fields",
     )
     demo.add_argument(
         "--candidates",
@@ -259,8 +262,8 @@ def main(argv: list[str] | None = None) -> None:
         help="speculative decoding with drafts from the reply format and the prompt (docs/embedded-lm.md)",
     )
     demo.add_argument("--seed", type=int, default=defaults.seed)
-    demo.add_argument("--threads", type=int, default=defaults.num_threads)
-    demo.add_argument("--out", type=Path, default=Path("runs/demo"))
+    demo.add_argument("--threads", type=at_least(1), default=defaults.num_threads)
+    demo.add_argument("--out", type=new_or_folder, default=Path("runs/demo"), help="the folder to write into")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     # the embedded LM's grammar repairs replies cut at the token limit; the summary counts them

@@ -98,7 +98,9 @@ class Evaluator:
         reuse: bool = True,
     ):
         self.runner = runner
-        self.work: PaidWork[Outcome] = PaidWork(memo, Outcome.to_dict, Outcome.from_dict)
+        self.work: PaidWork[Outcome] = PaidWork(
+            memo, Outcome.to_dict, Outcome.from_dict, lambda outcome: budget.charge_replayed_task(outcome.usage)
+        )
         self.budget = budget
         self.ledger = ledger
         self.num_threads = num_threads
@@ -231,6 +233,7 @@ class Evaluator:
             if journaled is None:
                 wanted.add(key)
             else:
+                self.budget.charge_replayed_task(journaled["usage"])
                 self._count_unused(journaled)
         return wanted
 

@@ -47,6 +47,7 @@ from dspy.signatures.signature import ensure_signature
 
 from ..runtime.budget import Budget, TaskCapReached, task_ticket
 from ..runtime.jsonable import digest, to_jsonable
+from ..runtime.paid_work import AnswerJournal
 from ..runtime.retries import error_kind
 from ..runtime.usage import empty_usage, track
 from .hints import answer_fields
@@ -91,13 +92,20 @@ class RunControl:
         reuse: Iterable[Step] = (),
         budget: Budget | None = None,
         only: dict[str, str] | None = None,
+        answers: AnswerJournal | None = None,
+        run: str = "",
     ):
         """``instructions``: the program to run (instructions and added demonstrations); ``replay``: calls that
         must be replayed (a miss is counted); ``reuse``: calls that may be; ``budget``: the task-LM caps every
         live call is admitted against (None: no cap); ``only``: for a hinted predictor, the :func:`call_key` of
-        the calls that get its hint (its other calls get none)."""
+        the calls that get its hint (its other calls get none); ``answers``: where each answer is journaled as
+        it arrives, under ``run`` (what determines this run), and found again after a resume."""
         self.instructions = instructions
         self.budget = budget
+        self.answers = answers
+        self.run = run
+        self._occurrences: dict[str, int] = defaultdict(int)
+        self.journaled_usage = empty_usage()  # of the answers read back from the journal
         self.capped: TaskCapReached | None = None  # a call was refused: the run must not be scored
         self.hints = dict(hints or {})
         self.only = dict(only or {})
@@ -127,6 +135,21 @@ class RunControl:
             self._sequence += 1
             self._next_call[name] += 1
         return sequence, call
+
+    def answer_key(self, request: str) -> str:
+        """The journal key of this run's next call of ``request`` (equal requests in a run are told apart by
+        their order)."""
+        with self._lock:
+            occurrence = self._occurrences[request]
+            self._occurrences[request] += 1
+        return f"{self.run}:{request}:{occurrence}"
+
+    def add_journaled(self, usage: dict[str, int]) -> None:
+        """Count the usage of an answer read back from the journal as this run's (it was paid, earlier)."""
+        with self._lock:
+            for name in self.journaled_usage:
+                number = usage.get(name, 0)
+                self.journaled_usage[name] += int(number) if isinstance(number, (int, float)) else 0
 
     def take_replay(self, name: str, inputs: dict[str, Any], setting: str = "") -> Step | None:
         """The recorded call to hand back for this predictor, inputs and call setting, if one is left."""
@@ -288,26 +311,74 @@ class _Call:
         text = text if len(text) <= ERROR_CHARS else text[:ERROR_CHARS] + " [...]"
         self.control.record(self.sequence, Step(self.name, self.inputs, {}, self.call, None, self.setting, text))
 
-    @contextmanager
-    def admitted(self, kwargs: dict) -> Iterator[None]:
-        """Hold the call's worst case against the task-LM caps while it runs, then settle what it used."""
-        budget = self.control.budget
-        if budget is None:
-            yield
-            return
-        lm = kwargs.get("lm") or self.predictor.lm or dspy.settings.lm
-        inputs = {k: v for k, v in kwargs.items() if k in kwargs["signature"].input_fields}
+    def demos(self, kwargs: dict) -> list:
+        """The demonstrations the call shows the LM (the call's own, else the predictor's)."""
+        return list(kwargs.get("demos") or self.predictor.demos or [])
+
+    def answer_key(self, kwargs: dict) -> str | None:
+        """The journal key of the answer to this live call: what the LM is sent (instruction, fields, inputs,
+        demonstrations, settings) and the run it belongs to; None without a journal."""
+        if self.control.answers is None:
+            return None
+        signature = kwargs["signature"]
+        lm = kwargs.get("lm") or self.predictor.lm
+        request = {
+            "name": self.name,
+            "instructions": signature.instructions,
+            "fields": list(signature.fields),
+            "kwargs": {k: v for k, v in kwargs.items() if k not in ("signature", "lm", "demos")},
+            "demos": self.demos(kwargs),
+            "config": getattr(self.predictor, "config", None),
+            "lm": None if lm is None else getattr(lm, "model", type(lm).__name__),
+        }
+        return self.control.answer_key(digest(request))
+
+    def journaled(self, kwargs: dict, key: str | None) -> dspy.Prediction | None:
+        """The answer an earlier compile paid for this call, if journaled: its usage counts as this run's, and
+        against the task-LM caps, as when it was paid."""
+        record = self.control.answers.take(key) if key is not None else None
+        if record is None:
+            return None
         try:
-            ticket = budget.admit_task_call(task_ticket(lm, kwargs["signature"], inputs))
-        except TaskCapReached as refused:
-            self.control.capped = refused
-            raise
+            prediction = rebuild_prediction(kwargs["signature"], record["outputs"])
+        except (pydantic.ValidationError, TypeError, ValueError, KeyError):
+            return None
+        usage = record.get("usage") or {}
+        self.control.add_journaled(usage)
+        if self.control.budget is not None:
+            self.control.budget.charge_replayed_task(usage)
+        trace = dspy.settings.trace
+        if trace is not None:
+            trace.append((self.predictor, dict(self.kwargs), prediction))
+        return prediction
+
+    def keep(self, key: str | None, prediction: Any, usage: dict[str, int]) -> None:
+        """Journal the answer just paid for, before the program sees it."""
+        if key is not None:
+            outputs = to_jsonable(dict(prediction.items())) if hasattr(prediction, "items") else {}
+            self.control.answers.keep(key, outputs, usage)
+
+    @contextmanager
+    def admitted(self, kwargs: dict) -> Iterator[dict[str, int]]:
+        """Hold the call's worst case (its whole prompt, demonstrations included) against the task-LM caps
+        while it runs, then settle what it used; yields the call's usage (filled when the call is done)."""
+        budget = self.control.budget
+        ticket = None
+        if budget is not None:
+            lm = kwargs.get("lm") or self.predictor.lm or dspy.settings.lm
+            inputs = {k: v for k, v in kwargs.items() if k in kwargs["signature"].input_fields}
+            try:
+                ticket = budget.admit_task_call(task_ticket(lm, kwargs["signature"], inputs, self.demos(kwargs)))
+            except TaskCapReached as refused:
+                self.control.capped = refused
+                raise
         usage = empty_usage()
         try:
             with track() as usage:
-                yield
+                yield usage
         finally:
-            budget.settle_task_call(ticket, usage["calls"], usage["prompt_tokens"] + usage["completion_tokens"])
+            if ticket is not None:
+                budget.settle_task_call(ticket, usage["calls"], usage["prompt_tokens"] + usage["completion_tokens"])
 
     def finish(self, prediction: Any) -> Any:
         outputs = to_jsonable(dict(prediction.items())) if hasattr(prediction, "items") else {}
@@ -363,8 +434,13 @@ def _intercepted_forward(self: dspy.Predict, **kwargs):
         return replayed
     try:
         live = call.live_kwargs()
-        with call.admitted(live):
+        key = call.answer_key(live)
+        journaled = call.journaled(live, key)
+        if journaled is not None:
+            return call.finish(journaled)
+        with call.admitted(live) as usage:
             prediction = type(self).forward(self, **live)
+        call.keep(key, prediction, usage)
         return call.finish(prediction)
     except Exception as error:
         call.failed(error)
@@ -380,8 +456,13 @@ async def _intercepted_aforward(self: dspy.Predict, **kwargs):
         return replayed
     try:
         live = call.live_kwargs()
-        with call.admitted(live):
+        key = call.answer_key(live)
+        journaled = call.journaled(live, key)
+        if journaled is not None:
+            return call.finish(journaled)
+        with call.admitted(live) as usage:
             prediction = await type(self).aforward(self, **live)
+        call.keep(key, prediction, usage)
         return call.finish(prediction)
     except Exception as error:
         call.failed(error)

@@ -16,7 +16,8 @@ import dspy
 
 from ..runtime.budget import Budget
 from ..runtime.deadlines import TIMEOUT_ATTEMPTS, CallTimeout, within
-from ..runtime.jsonable import faithful, to_jsonable
+from ..runtime.jsonable import digest, example_key, faithful, to_jsonable
+from ..runtime.paid_work import AnswerJournal
 from ..runtime.redaction import Redactor
 from ..runtime.retries import FirstRunsFailed, RetryPolicy, error_kind, is_transient, retry_here, setup_fix
 from ..runtime.usage import empty_usage, track
@@ -114,10 +115,12 @@ class ProgramRunner:
         task_budget: Budget | None = None,
         run_timeout_s: float | None = None,
         metric_timeout_s: float | None = None,
+        answers: AnswerJournal | None = None,
     ):
         self.program = student.deepcopy()
         self.run_timeout_s = run_timeout_s
         self.metric_timeout_s = metric_timeout_s
+        self.answers = answers
         self.redact = redact or Redactor()
         self.task_budget = task_budget if task_budget is not None and task_budget.task_capped else None
         self.max_score = max_score
@@ -138,12 +141,14 @@ class ProgramRunner:
 
     def __getstate__(self) -> dict:
         """What a remote worker needs to make runs (:mod:`.executor`): the program without its hooks, no lock."""
-        state = {k: v for k, v in self.__dict__.items() if k not in ("_lock", "outside")}
+        # the journal stays with the driver: a worker's answers come back with its run
+        state = {k: v for k, v in self.__dict__.items() if k not in ("_lock", "outside", "answers")}
         state["program"] = released(self.program)
         return state
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
+        self.answers = None
         self._lock = threading.Lock()
         self.outside = OutsideCalls()
         self._intercept()
@@ -178,9 +183,11 @@ class ProgramRunner:
         replay = list(replay)
         reuse = reference.reusable_steps(replay) if reference is not None else []
         track_usage = bool(dspy.settings.get("track_usage"))
+        state = ProgramState.of(instructions)
+        run = digest([state.key(), example_key(example), hints or {}, only or {}]) if self.answers is not None else ""
         while True:
             attempt += 1
-            control = RunControl(ProgramState.of(instructions), hints, replay, reuse, self.task_budget, only)
+            control = RunControl(state, hints, replay, reuse, self.task_budget, only, self.answers, run)
             lm = {"lm": self.task_model} if self.task_model else {}
             per_lm: dict[str, dict] = {}
             try:
@@ -193,7 +200,7 @@ class ProgramRunner:
                 raise control.capped
             self.outside.check()  # likewise: a predictor the run's context did not reach
             for key in total_usage:
-                total_usage[key] += usage[key]
+                total_usage[key] += usage[key] + control.journaled_usage[key]  # answers paid before a resume
             timeouts += isinstance(error, CallTimeout)
             if error is not None and self._try_again(error, attempt, timeouts):
                 continue

@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import difflib
 import html
+import io
 import json
 from pathlib import Path
+from typing import Any
 
+from ..runtime.store import atomic_write_bytes, atomic_write_text
 from .results import AgentGradResult
 
 REPORT_FILE = "report.html"
@@ -359,7 +362,7 @@ def write_pngs(result: AgentGradResult, out_dir: Path) -> list[Path]:
         ax.legend(fontsize=8)
         ax.set(xlabel="metric calls", ylabel="best validation score", title="Validation curve")
         fig.tight_layout()
-        fig.savefig(out_dir / CURVE_PNG, dpi=120)
+        _save_png(fig, out_dir / CURVE_PNG)
         plt.close(fig)
         written.append(out_dir / CURVE_PNG)
     names, rows = attribution_table(result)
@@ -374,10 +377,17 @@ def write_pngs(result: AgentGradResult, out_dir: Path) -> list[Path]:
         ax.set_xticks([r + 0.4 - width / 2 for r in range(len(rows))], [str(r) for r in range(len(rows))])
         ax.legend()
         fig.tight_layout()
-        fig.savefig(out_dir / ATTRIBUTION_PNG, dpi=120)
+        _save_png(fig, out_dir / ATTRIBUTION_PNG)
         plt.close(fig)
         written.append(out_dir / ATTRIBUTION_PNG)
     return written
+
+
+def _save_png(fig: Any, path: Path) -> None:
+    """A chart written atomically, like every file in ``log_dir``."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=120)
+    atomic_write_bytes(path, buffer.getvalue())
 
 
 def write_report(log_dir: str | Path, result: AgentGradResult | None = None, pngs: bool = False) -> Path:
@@ -399,7 +409,7 @@ def write_report(log_dir: str | Path, result: AgentGradResult | None = None, png
                 "paid for), then run agentgrad report again"
             ) from None
     page = log_dir / REPORT_FILE
-    page.write_text(render_html(result), encoding="utf-8")
+    atomic_write_text(page, render_html(result))
     if pngs:
         write_pngs(result, log_dir)
     return page

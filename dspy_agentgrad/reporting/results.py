@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -26,6 +27,44 @@ __all__ = [  # the records live with the run's state; they are imported from her
 ]
 
 RESULT_FORMAT = 1
+
+_MARKDOWN_PUNCTUATION = re.compile(r"([\\`*_{}\[\]()#+\-.!|~])")
+_HTML = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
+_URL = re.compile(r"(?i)\b(?:[a-z][a-z0-9+.\-]*://|www\.)\S+")
+
+
+def _escaped(text: str) -> str:
+    text = _MARKDOWN_PUNCTUATION.sub(r"\\\1", text)
+    return "".join(_HTML.get(ch, ch) for ch in text)
+
+
+def inert(value: Any) -> str:
+    """Run content (instructions, reasons, error text, names) as Markdown that renders as the text itself, on
+    one line: every Markdown sign escaped, HTML written as entities, and each URL in a code span (where no
+    renderer links it), so no image, link or tag in it can come alive."""
+    text = " ".join(str(value).split())
+    parts, start = [], 0
+    for url in _URL.finditer(text):
+        parts += [_escaped(text[start : url.start()]), code_span(url.group(0))]
+        start = url.end()
+    return "".join(parts) + _escaped(text[start:])
+
+
+def _ticks(text: str) -> int:
+    return max((len(run) for run in re.findall(r"`+", text)), default=0)
+
+
+def code_block(text: str) -> str:
+    """``text`` in a fenced block longer than any backtick run in it: it cannot close the block early."""
+    fence = "`" * max(3, _ticks(text) + 1)
+    return f"{fence}text\n{text}\n{fence}"
+
+
+def code_span(text: str) -> str:
+    """``text`` in an inline code span whose backticks outnumber any run in it, on one line."""
+    text = " ".join(text.split())
+    ticks = "`" * (_ticks(text) + 1)
+    return f"{ticks} {text} {ticks}"
 
 
 @dataclass
@@ -266,15 +305,15 @@ class AgentGradResult:
             f"- metric calls: {self.metric_calls}"
             + (f" of {self.max_metric_calls}" if self.max_metric_calls else "")
             + (f"; {self.reused_runs} more runs reused an earlier run's score" if self.reused_runs else ""),
-            f"- rounds: {len(self.rounds)}; stop: {self.stop_reason}; wall time: {self.wall_time_s:.1f} s"
+            f"- rounds: {len(self.rounds)}; stop: {inert(self.stop_reason)}; wall time: {self.wall_time_s:.1f} s"
             + (f" over {len(self.segments)} segments (resumed)" if len(self.segments) > 1 else ""),
             *(f"- objective {n} (validation mean): {a:.4f} -> {b:.4f}" for n, a, b in self.objective_changes()),
-            *([f"- unchanged: {unchanged}"] if unchanged else []),
+            *([f"- unchanged: {inert(unchanged)}"] if unchanged else []),
             f"- paid over all segments: {self.paid.get('metric_calls', self.metric_calls)} metric calls; "
-            f"task LM {self.paid.get('task', {})}; prompt LM {self.paid.get('prompt', {})}",
-            f"- task LM: {self.usage.get('task', {})}; prompt LM: {self.usage.get('prompt', {})}",
-            f"- program errors: {self.program_errors or 'none'}; "
-            f"prompt-LM role failures: {self.prompt_role_failures or 'none'}",
+            f"task LM {inert(self.paid.get('task', {}))}; prompt LM {inert(self.paid.get('prompt', {}))}",
+            f"- task LM: {inert(self.usage.get('task', {}))}; prompt LM: {inert(self.usage.get('prompt', {}))}",
+            f"- program errors: {inert(self.program_errors or 'none')}; "
+            f"prompt-LM role failures: {inert(self.prompt_role_failures or 'none')}",
             "",
             "## Rounds",
             "",
@@ -282,7 +321,7 @@ class AgentGradResult:
             "|---|---|---|---|---|---|---|---|---|",
         ]
         for r in self.rounds:
-            attributed = ", ".join(f"{k}: {v}" for k, v in r.attributed.items() if v) or "-"
+            attributed = inert(", ".join(f"{k}: {v}" for k, v in r.attributed.items() if v) or "-")
             best = "-" if r.best_val_score is None else f"{r.best_val_score:.4f}"
             lines.append(
                 f"| {r.round} | {r.min_cluster_size} | {r.batch_size} | {r.failures} | {attributed} | "
@@ -300,16 +339,16 @@ class AgentGradResult:
             def fmt(x):
                 return "-" if x is None else f"{x:.3f}"
 
-            decision = ("accepted" if c.accepted else f"rejected ({c.reason})") + (
+            decision = ("accepted" if c.accepted else f"rejected ({inert(c.reason)})") + (
                 f"; {len(c.demos or [])} demos" if c.kind == "demos" else ""
             )
             lines.append(
-                f"| {c.round} | {c.predictor} | {c.cluster_size} | {fmt(c.cluster_score_before)} -> "
+                f"| {c.round} | {inert(c.predictor)} | {c.cluster_size} | {fmt(c.cluster_score_before)} -> "
                 f"{fmt(c.cluster_score_after)} | {fmt(c.val_score)} | {decision} |"
             )
         lines += ["", "## Final instructions", ""]
         for name, text in self.final_instructions.items():
-            lines += [f"### {name}", "", "```", text, "```", ""]
+            lines += [f"### {inert(name)}", "", code_block(text), ""]
             for demo in self.final_demos.get(name, []):
-                lines.append(f"- demonstration: `{to_jsonable(demo)}`")
+                lines.append(f"- demonstration: {code_span(str(to_jsonable(demo)))}")
         return "\n".join(lines)

@@ -31,6 +31,7 @@ from typing import Any
 
 from ..core.events import AttributionDone, CandidateJudged, RunEnd, RunStart, ValidationScored
 from ..runtime.pricing import price_function
+from ..runtime.redaction import Redactor
 from .observers import VerdictCounts
 from .report import render_html
 from .results import AgentGradResult
@@ -112,7 +113,8 @@ class MlflowTracker(VerdictCounts):
 
     ``lms`` maps each role ("task", "prompt") to its LM, for names and prices. ``snapshot()``
     returns the result so far and ``optimized(result)`` the optimized program; both are called
-    once, at the end of the run, for the artifacts.
+    once, at the end of the run, for the artifacts. ``redact`` keeps credentials out of the
+    program's copy, as out of ``log_dir``'s.
     """
 
     def __init__(
@@ -121,8 +123,10 @@ class MlflowTracker(VerdictCounts):
         lms: dict[str, Any],
         snapshot: Callable[[], AgentGradResult],
         optimized: Callable[[AgentGradResult], Any],
+        redact: Redactor,
     ):
         super().__init__()
+        self.redact = redact
         self.mlflow = import_mlflow()
         self.options = options
         self.lms = lms
@@ -199,7 +203,7 @@ class MlflowTracker(VerdictCounts):
             mlflow.log_text(render_html(result), f"{ARTIFACT_DIR}/report.html")
             with tempfile.TemporaryDirectory() as tmp:
                 path = Path(tmp) / "optimized_program.json"
-                self.optimized(result).save(str(path))
+                self.redact.save(self.optimized(result), path)
                 mlflow.log_artifact(str(path), ARTIFACT_DIR)
         finally:
             if self.own_run:

@@ -126,8 +126,8 @@ class Proposer:
 
         record, new = self.work.settle(key, ask)
         usage = record["usage"] if new else empty_usage()
-        if new and not paid_now:  # from the journal of an earlier run: its usage counts against the caps
-            self.budget.settle(None, usage["prompt_tokens"] + usage["completion_tokens"], self._price(usage))
+        if new and not paid_now:  # from the journal of an earlier run: admitted and counted as when it was paid
+            self._replay_reservations(key, record, bound)
         if new:
             self.ledger.add("prompt", role, usage)
             with self._lock:
@@ -178,6 +178,18 @@ class Proposer:
             if attempt < self.retry.attempts:
                 self.retry.wait(attempt, error)
         return {"outputs": None, "usage": usage, "errors": errors}
+
+    def _replay_reservations(self, key: str, record: dict, bound: dict[str, int] | None) -> None:
+        """Reserve each attempt a journaled call made, as when it was paid, and settle its usage: the caps then
+        decide a compile again on this ``log_dir`` as they decided the first time (a call refused then is
+        refused again, nothing is paid again)."""
+        usage = record["usage"]
+        attempts = max(1, len(record.get("errors", [])) + (record["outputs"] is not None))
+        for attempt in range(1, attempts + 1):
+            reservation = self._reserve(f"{key}#{attempt}", bound)
+            last = attempt == attempts
+            tokens = usage["prompt_tokens"] + usage["completion_tokens"] if last else 0
+            self.budget.settle(reservation, tokens, self._price(usage) if last else 0.0)
 
     def _reserve(self, key: str, bound: dict[str, int] | None) -> Reservation | None:
         if bound is None:

@@ -143,6 +143,14 @@ class Budget:
             self.task_tokens += tokens
             self._task_settled.notify_all()
 
+    def charge_replayed_task(self, usage: dict[str, Any]) -> None:
+        """Count task-LM usage paid by an earlier compile on this ``log_dir`` (a result read back from the
+        journal) against the task-LM caps, as it counted when it was paid: a compile again on a run a cap
+        stopped stops at the same point and pays nothing again."""
+        if self.task_capped:
+            tokens = int(usage.get("prompt_tokens", 0)) + int(usage.get("completion_tokens", 0))
+            self.settle_task_call(TaskTicket(0, 0), int(usage.get("calls", 0)), tokens)
+
     def remaining(self) -> float:
         """Metric calls left for any step (infinite without a cap): what is set aside is not."""
         if self.max_metric_calls is None:
@@ -235,22 +243,22 @@ def estimated_tokens(text: str) -> int:
     return -(-ascii_chars // CHARS_PER_TOKEN) + other_bytes
 
 
-def task_ticket(lm: Any, signature: Any, inputs: dict[str, Any]) -> TaskTicket:
+def task_ticket(lm: Any, signature: Any, inputs: dict[str, Any], demos: list | None = None) -> TaskTicket:
     """The worst case of one predictor call: one LM call, or two when the adapter may retry in JSON
     (dspy's ChatAdapter falls back to the JSONAdapter after a parse error); :func:`worst_case_usage`
-    already counts the tokens of both requests."""
+    already counts the tokens of both requests, each with its demonstrations."""
     import dspy
 
     adapter = dspy.settings.adapter or dspy.ChatAdapter()
     retries = getattr(adapter, "use_json_adapter_fallback", False) and not isinstance(adapter, dspy.JSONAdapter)
-    usage = worst_case_usage(lm, signature, inputs)
+    usage = worst_case_usage(lm, signature, inputs, demos)
     return TaskTicket(2 if retries else 1, usage["prompt_tokens"] + usage["completion_tokens"])
 
 
-def worst_case_usage(lm: Any, signature: Any, inputs: dict[str, Any]) -> dict[str, int]:
-    """A call's tokens at most: its formatted prompt (estimated from its text) plus the LM's ``max_tokens``,
-    for each LM request the adapter may make (DSPy's ``ChatAdapter`` asks again through its JSON adapter
-    when it cannot parse a reply)."""
+def worst_case_usage(lm: Any, signature: Any, inputs: dict[str, Any], demos: list | None = None) -> dict[str, int]:
+    """A call's tokens at most: its formatted prompt (estimated from its whole text: instruction, inputs and
+    ``demos``) plus the LM's ``max_tokens``, for each LM request the adapter may make (DSPy's ``ChatAdapter``
+    asks again through its JSON adapter when it cannot parse a reply)."""
     import dspy
 
     adapter = dspy.settings.adapter or dspy.ChatAdapter()
@@ -260,9 +268,10 @@ def worst_case_usage(lm: Any, signature: Any, inputs: dict[str, Any]) -> dict[st
     tokens = 0
     for each in adapters:
         try:
-            messages = each.format(signature, demos=[], inputs=inputs)
+            messages = each.format(signature, demos=list(demos or []), inputs=inputs)
             text = "".join(str(m.get("content", "")) for m in messages)
         except Exception:  # an adapter that cannot format offline: count the raw text
-            text = str(signature.instructions) + "".join(str(v) for v in inputs.values())
+            shown = [str(v) for v in inputs.values()] + [str(d) for d in demos or []]
+            text = str(signature.instructions) + "".join(shown)
         tokens += estimated_tokens(text)
     return {"prompt_tokens": tokens, "completion_tokens": len(adapters) * completion_bound(lm)}

@@ -8,6 +8,11 @@ run, or pays for it, and appends what was paid to the journal at once. Exactly o
 caller per key sees ``new=True``: the one that should count its usage and charge
 it, so a resumed run accounts for exactly what an uninterrupted run accounts for.
 The journal is synced to disk once the last settlement in flight is done.
+
+A program run is many task-LM calls: :class:`AnswerJournal` journals each answer the moment it
+arrives, before the program does anything with it, so a kill in the middle of a run (or of runs
+made ahead) loses only the answers in flight; the resumed run makes the run again and gets the
+journaled answers back.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any, Generic, TypeVar
 
-from .store import Memo
+from .store import ANSWER_KEY_PREFIX, Memo
 
 T = TypeVar("T")
 
@@ -24,10 +29,19 @@ T = TypeVar("T")
 class PaidWork(Generic[T]):
     """Work that costs money, done once per key: looked up, awaited, or paid and journaled."""
 
-    def __init__(self, memo: Memo, encode: Callable[[T], Any], decode: Callable[[Any], T]):
+    def __init__(
+        self,
+        memo: Memo,
+        encode: Callable[[T], Any],
+        decode: Callable[[Any], T],
+        replayed: Callable[[T], None] | None = None,
+    ):
+        """``replayed`` is told of each result taken from the journal (paid by an earlier compile), so that
+        it counts against the caps as when it was paid."""
         self.memo = memo
         self.encode = encode
         self.decode = decode
+        self.replayed = replayed
         self._settled: dict[str, T] = {}
         self._in_flight: dict[str, threading.Event] = {}
         self._lock = threading.Lock()
@@ -59,6 +73,8 @@ class PaidWork(Generic[T]):
             stored = self.memo.get(key)
             if stored is not None:
                 value = self.decode(stored)
+                if self.replayed is not None:
+                    self.replayed(value)
             else:
                 value = pay()
                 self.memo.put(key, self.encode(value))
@@ -71,3 +87,18 @@ class PaidWork(Generic[T]):
             if drained:
                 self.memo.sync()  # group commit: one fsync per settled batch, not one per record
         return value, True
+
+
+class AnswerJournal:
+    """Task-LM answers journaled as they arrive, read back by the run that asks for them again after a resume."""
+
+    def __init__(self, memo: Memo):
+        self.memo = memo
+
+    def take(self, key: str) -> dict | None:
+        """The answer journaled by an earlier compile for ``key`` (outputs and usage), handed out once."""
+        return self.memo.get(ANSWER_KEY_PREFIX + key)
+
+    def keep(self, key: str, outputs: dict[str, Any], usage: dict[str, int]) -> None:
+        """Journal an answer just paid for, before anything is done with it."""
+        self.memo.put(ANSWER_KEY_PREFIX + key, {"outputs": outputs, "usage": dict(usage)})

@@ -6,7 +6,11 @@ resume. Where the OS allows (POSIX), it is taken on the ``log_dir`` folder itsel
 file cannot defeat it (a lock on a lock file is lost when the file is deleted: the next compile
 creates a new file and locks that). On Windows, ``filelock`` locks ``log_dir/lock``, which cannot
 be deleted while it is held open. The file ``log_dir/lock`` also names the holder (pid, host,
-start time) for the message.
+start time) for the message; when it cannot be written (a full disk), the lock is released again.
+
+A process the program forks (``os.fork``, ``multiprocessing``) would inherit the open folder and
+with it the lock, and keep a killed compile's ``log_dir`` locked for as long as it lives: the child
+closes its copy as soon as it is forked, so the lock lives exactly as long as the compile.
 """
 
 from __future__ import annotations
@@ -20,12 +24,26 @@ from pathlib import Path
 
 import filelock
 
+from .store import atomic_write_text
+
 try:
     import fcntl
 except ImportError:  # Windows
     fcntl = None
 
 LOCK_FILE = "lock"
+_HELD: set[int] = set()  # folder descriptors holding a lock in this process: closed in a forked child
+
+
+def _close_in_child() -> None:
+    for fd in list(_HELD):
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _HELD.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_close_in_child)
 
 
 class LogDirBusy(RuntimeError):
@@ -50,15 +68,23 @@ class LogDirLock:
                 "finish or stop it, or use another log_dir. A killed holder releases the lock by itself"
             ) from None
         holder = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%d %H:%M:%S")}
-        self.path.write_text(json.dumps(holder), encoding="utf-8")
+        try:
+            atomic_write_text(self.path, json.dumps(holder))  # replaces a link planted there, never writes through
+        except BaseException:
+            self._unlock()
+            raise
         return self
 
     def __exit__(self, *exc) -> None:
         if self._release is not None:
             with contextlib.suppress(OSError):
-                self.path.write_text("", encoding="utf-8")
-            self._release()
-            self._release = None
+                self.path.unlink()  # no holder now (a link there is removed, not followed)
+            self._unlock()
+
+    def _unlock(self) -> None:
+        release, self._release = self._release, None
+        if release is not None:
+            release()
 
 
 def _lock_folder(folder: Path):
@@ -69,7 +95,13 @@ def _lock_folder(folder: Path):
     except OSError:
         os.close(fd)
         raise
-    return lambda: os.close(fd)  # closing releases the flock
+    _HELD.add(fd)
+
+    def release() -> None:
+        _HELD.discard(fd)
+        os.close(fd)  # closing releases the flock
+
+    return release
 
 
 def _lock_file(path: Path):

@@ -1,7 +1,10 @@
 """Persisted state in ``log_dir``: what was paid for, and where the run stands.
 
 * ``memo.jsonl``: the journal. One line per finished paid unit of work (a scored
-  program run or a prompt-LM call), written as soon as it finishes. A resumed run
+  program run, a prompt-LM call, and every task-LM answer as soon as it arrives),
+  written as soon as it finishes. Each line carries the run id and ends with a
+  checksum of itself: a line of another run or one edited afterwards is reported
+  and not trusted. A resumed run
   replays the algorithm from the start and takes these results instead of paying
   again, so it reaches the same decisions as an uninterrupted run. Long texts
   (passages, instructions) are written once as a ``text`` line and referred to by
@@ -10,7 +13,8 @@
   segment (killed ones too) can be read back.
 * ``run.json``: the fingerprint of program, data, options, metric, LMs and
   prompts; resuming with anything else is refused (:func:`check_fingerprint`).
-* ``state.json`` and ``result.json``: a readable snapshot, written atomically.
+* ``state.json`` and ``result.json``: a readable snapshot. Every file in ``log_dir`` is written
+  atomically (:func:`atomic_write_bytes`); the journal is appended to, never through a link.
 
 Crash guarantee: a record is handed to the OS with one ``write`` as soon as its
 work is settled, so a SIGKILL loses only the work in flight. ``fsync`` (which
@@ -40,17 +44,19 @@ logger = logging.getLogger("dspy.agentgrad")
 JOURNAL = "memo.jsonl"
 TEXT_MIN_CHARS = 80
 SYNC_INTERVAL_S = 1.0
-PROMPT_KEY_PREFIX = "role:"  # journal keys of prompt-LM calls; every other record is a metric call
+PROMPT_KEY_PREFIX = "role:"  # journal keys of prompt-LM calls
+ANSWER_KEY_PREFIX = "answer:"  # journal keys of task-LM answers (counted with the run they belong to)
 
 
-def atomic_write_json(path: Path, data: Any, indent: int | None = 2) -> None:
-    """Write JSON so a reader (or a crash) never sees half a file; a failed write (a full disk) removes
-    its temporary file."""
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` so a reader, a crash or a full disk never leaves half a file: a temporary file in the same
+    folder, synced, then renamed over ``path``. A failed write removes its temporary file and leaves the old
+    ``path`` as it was; a symbolic link at ``path`` is replaced, never written through."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(data, handle, indent=indent, ensure_ascii=False, default=str)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
@@ -58,6 +64,16 @@ def atomic_write_json(path: Path, data: Any, indent: int | None = 2) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """:func:`atomic_write_bytes` of ``text`` as UTF-8."""
+    atomic_write_bytes(path, text.encode("utf-8", "surrogatepass"))
+
+
+def atomic_write_json(path: Path, data: Any, indent: int | None = 2) -> None:
+    """:func:`atomic_write_text` of ``data`` as JSON."""
+    atomic_write_text(path, json.dumps(data, indent=indent, ensure_ascii=False, default=str))
 
 
 class RunMismatch(ValueError):
@@ -84,15 +100,26 @@ class RunIdentity:
     run_id: str
 
 
-def _differences(previous: Any, current: Any, path: str = "") -> list[tuple[str, Any, Any]]:
-    """(dotted path, old, new) for every leaf that differs; dicts are compared key by key."""
+def _added_at_default(where: str, value: Any, defaults: dict) -> bool:
+    """An option the earlier run could not record (it did not exist then) at its neutral default: no difference."""
+    part, _, option = where.partition(".")
+    return part == "options" and option in defaults and value == defaults[option]
+
+
+def _differences(
+    previous: Any, current: Any, path: str = "", defaults: dict | None = None
+) -> list[tuple[str, Any, Any]]:
+    """(dotted path, old, new) for every leaf that differs; dicts are compared key by key. ``defaults``: the
+    neutral value of each option, for options absent from ``previous``."""
     if isinstance(previous, dict) and isinstance(current, dict):
         found = []
         for key in sorted(set(previous) | set(current)):
             where = f"{path}.{key}" if path else key
             if key == RUN_ID or (key not in previous and where in ADDED_PARTS):
                 continue
-            found += _differences(previous.get(key, _ABSENT), current.get(key, _ABSENT), where)
+            if key not in previous and _added_at_default(where, current[key], defaults or {}):
+                continue
+            found += _differences(previous.get(key, _ABSENT), current.get(key, _ABSENT), where, defaults)
         return found
     return [] if previous == current else [(path, previous, current)]
 
@@ -107,14 +134,25 @@ def _is_stopping(path: str) -> bool:
     return part == "options" and option in STOPPING_OPTIONS
 
 
-def check_fingerprint(log_dir: Path, fingerprint: dict, resume_despite: tuple[str, ...] = ()) -> RunIdentity:
+def check_fingerprint(
+    log_dir: Path, fingerprint: dict, resume_despite: tuple[str, ...] = (), option_defaults: dict | None = None
+) -> RunIdentity:
     """Write the fingerprint on a new run; on resume, refuse a different one.
 
     The stopping options (:data:`STOPPING_OPTIONS`) may differ: the run goes on to the new limits.
     Parts named in ``resume_despite`` may differ too: the run resumes with a warning, the new values
-    are recorded, and results already paid for under the old ones are replayed as they are.
+    are recorded, and results already paid for under the old ones are replayed as they are. An option
+    the earlier run did not record, now at its neutral value in ``option_defaults``, is no difference.
+    A journal without its ``run.json`` is refused: nothing could tell whether its results belong to this run.
     """
     path = Path(log_dir) / "run.json"
+    journal = Path(log_dir) / JOURNAL
+    if not path.exists() and (journal.is_symlink() or (journal.exists() and journal.stat().st_size > 0)):
+        raise RunMismatch(
+            f"{path} is missing, but {journal} holds the journal of an earlier run: without run.json nothing tells "
+            f"which program, data and options its results were paid for. Restore {path} (e.g. from a backup of "
+            f"{log_dir}), or use a new log_dir; to start over here, delete {journal} (its results are paid again)"
+        )
     if not path.exists():
         run_id = uuid.uuid4().hex[:12]
         atomic_write_json(path, {**fingerprint, RUN_ID: run_id})
@@ -128,7 +166,7 @@ def check_fingerprint(log_dir: Path, fingerprint: dict, resume_despite: tuple[st
             f"{path} is not a readable run fingerprint ({exc}); it was damaged or written by something else. "
             f"Use a new log_dir, or delete {path} to resume the journal in {log_dir} as a new run"
         ) from None
-    diffs = _differences(previous, fingerprint)
+    diffs = _differences(previous, fingerprint, defaults=option_defaults)
     refused = [d for d in diffs if not _is_stopping(d[0]) and d[0].split(".")[0] not in resume_despite]
     if refused:
         details = "; ".join(f"{where}: {_shown(old)} -> {_shown(new)}" for where, old, new in refused)
@@ -166,7 +204,11 @@ class Segment:
     finished: bool = False
 
     def add(self, key: str, value: Any, at: float) -> None:
-        """Count one finished piece of paid work in this compile's segment."""
+        """Count one finished piece of paid work in this compile's segment. A task-LM answer is counted with the
+        run it belongs to (its usage is in that run's record), not on its own."""
+        self.wall_time_s = max(self.wall_time_s, at)
+        if key.startswith(ANSWER_KEY_PREFIX):
+            return
         usage = value.get("usage") if isinstance(value, dict) else None
         bucket = self.prompt if key.startswith(PROMPT_KEY_PREFIX) else self.task
         if not key.startswith(PROMPT_KEY_PREFIX) and not (isinstance(value, dict) and value.get("scored") is False):
@@ -174,11 +216,50 @@ class Segment:
         for name in bucket:
             number = (usage or {}).get(name, 0)
             bucket[name] += int(number) if isinstance(number, (int, float)) else 0
-        self.wall_time_s = max(self.wall_time_s, at)
 
     def to_dict(self) -> dict:
         """A JSON-ready form, for ``result.json``'s segments."""
         return asdict(self)
+
+
+#: Each journal line ends with ``"sum": <checksum of the line before it>``: a record edited by hand, or cut
+#: and pasted with another run id, no longer matches and is not trusted.
+SUM_FIELD = "sum"
+
+
+def _checksum(body: str) -> str:
+    return hashlib.sha256(body.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def sealed(entry: dict) -> str:
+    """A journal line for ``entry`` (a non-empty dict), its checksum last."""
+    body = json.dumps(entry, ensure_ascii=False, default=str)
+    return f'{body[:-1]}, "{SUM_FIELD}": "{_checksum(body)}"}}\n'
+
+
+def _seal_holds(line: str, entry: dict) -> bool:
+    """Whether ``line`` (read back, without its newline) is the sealed form of what it says."""
+    tail = f', "{SUM_FIELD}": "{entry[SUM_FIELD]}"}}'
+    return line.endswith(tail) and _checksum(line[: -len(tail)] + "}") == entry[SUM_FIELD]
+
+
+class LinkInLogDir(RuntimeError):
+    """A file AgentGrad appends to in ``log_dir`` is a symbolic link: it is never written through."""
+
+
+def open_journal(path: Path) -> int:
+    """The journal opened for appending; a symbolic link there (planted by a copied or restored ``log_dir``)
+    is refused, never followed."""
+    try:
+        return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    except OSError as exc:
+        if not path.is_symlink():
+            raise
+        raise LinkInLogDir(
+            f"{path} is a symbolic link (to {os.readlink(path)}): AgentGrad appends to its journal only in "
+            "log_dir itself, never through a link. Replace the link with the file it points to (or remove it to "
+            "start over), or use another log_dir"
+        ) from exc
 
 
 def _text_id(text: str) -> str:
@@ -231,6 +312,7 @@ class Memo:
         self._lock = threading.Lock()
         self.run_id = run_id
         self.foreign = 0  # records of another run found in the journal (appended from elsewhere): not used
+        self.untrusted = 0  # lines whose checksum fails (edited after they were written): not used
         self._data: dict[str, Any] = {}
         self._texts: dict[str, str] = {}
         self.path = Path(log_dir) / JOURNAL if log_dir else None
@@ -240,6 +322,8 @@ class Memo:
         self._fd: int | None = None
         self._dirty = False
         self._last_sync = 0.0
+        if self.path and self.path.is_symlink():
+            open_journal(self.path)  # raises: a link is neither read nor written through
         if self.path and self.path.exists():
             self._load()
         self.segment = Segment(len(self.segments), time.time())
@@ -247,7 +331,7 @@ class Memo:
         self._clock = time.monotonic()
         if self.path:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            self._fd = open_journal(self.path)
             self._write([{"segment": {"index": self.segment.index, "started": self.segment.started}, **self._tag}])
 
     @property
@@ -266,11 +350,17 @@ class Memo:
         damaged: list[int] = []
         records: list[tuple[int, str, Any, float]] = []
         segment: Segment | None = None
+        seen_seal = False  # lines of an older version carry no seal: trusted only before the first sealed line
         for number, line in enumerate(lines, 1):
             if not line.strip():
                 continue
             try:
-                entry = json.loads(line)
+                text = line.decode("utf-8", "surrogatepass")
+                entry = json.loads(text)
+                seen_seal = seen_seal or SUM_FIELD in entry
+                if not (_seal_holds(text, entry) if SUM_FIELD in entry else not seen_seal):
+                    self.untrusted += 1
+                    continue
                 if "text" in entry:  # texts are named by their digest: any run's copy is the same text
                     self._texts[entry["text"]] = entry["value"]
                 elif self._foreign(entry):
@@ -313,6 +403,13 @@ class Memo:
                 shown,
                 len(self._data),
             )
+        if self.untrusted:
+            logger.warning(
+                "%s: %d line(s) do not match their checksum (edited after they were written, or appended without "
+                "one): not trusted, so their results are not used; what they held is paid again if the run needs it",
+                self.path,
+                self.untrusted,
+            )
         if self.foreign:
             logger.warning(
                 "%s: ignored %d record(s) of another run (another run id than run.json's: lines appended from "
@@ -324,7 +421,7 @@ class Memo:
 
     def _write(self, entries: list[dict], ready: str = "") -> None:
         """Append ``entries`` and the already serialized lines ``ready`` with one ``write``."""
-        lines = "".join(json.dumps(e, ensure_ascii=False, default=str) + "\n" for e in entries) + ready
+        lines = "".join(sealed(e) for e in entries) + ready
         view = memoryview(lines.encode("utf-8", "surrogatepass"))
         while view:
             view = view[os.write(self._fd, view) :]
@@ -351,7 +448,7 @@ class Memo:
         texts: dict[str, str] = {}
         encoded = _encode(value, texts)
         entry = {"key": key, "value": encoded, "at": at, **self._tag}
-        line = json.dumps(entry, ensure_ascii=False, default=str) + "\n"
+        line = sealed(entry)
         with self._lock:
             self.segment.add(key, value, at)
             new_texts = [{"text": tid, "value": text} for tid, text in texts.items() if tid not in self._texts]
