@@ -366,7 +366,8 @@ class RoundEngine:
             return
         self.budget.set_aside(0)
         self.state.instructions = pending.validated
-        if validate and self.evaluator.cost(pending.program, self.valset) <= self.budget.remaining():
+        affordable = self.evaluator.cost(pending.program, self.valset) <= self.budget.remaining()
+        if validate and pending.winners and affordable:
             try:
                 self._validate_stack(pending)
             except (BudgetExhausted, StopRun) as stop:  # a cap or a callback: what was accepted before it stays
