@@ -20,6 +20,7 @@ from world import (
 )
 
 from dspy_agentgrad import AgentGrad, AgentGradResult, MetricError, auto_budget, default_hint
+from dspy_agentgrad.core.state import example_label
 from dspy_agentgrad.testing import fake_lm
 
 FAST = dict(retry_backoff_s=0, progress=False)
@@ -328,7 +329,22 @@ def test_failing_aggregator_falls_back_to_tfidf_and_the_run_goes_on():
 # ---- ablations -----------------------------------------------------------------------------------
 
 
-def test_ablation_switches_change_the_algorithm(world):
+class GradientCalls(World):
+    """The test world, keeping the inputs of every gradient-role call."""
+
+    def __init__(self):
+        super().__init__()
+        self.gradient_calls: list[dict] = []
+
+    def _role(self, call):
+        if "gradient" in call.output_fields and "generalized_gradient" not in call.output_fields:
+            self.gradient_calls.append(dict(call.inputs))
+        return super()._role(call)
+
+
+def test_ablation_switches_change_the_algorithm():
+    world = GradientCalls()
+    dspy.configure(lm=world_lm(world))
     train = make_data({"extract": 2, "notes": 2})
     val = make_data({"extract": 1, "notes": 1}, start=50)
     no_target = (
@@ -341,12 +357,18 @@ def test_ablation_switches_change_the_algorithm(world):
     before = world.calls["abstract"]
     optimizer(max_rounds=1, semantic_abstraction=False).compile(Pipeline(), trainset=train, valset=val)
     assert world.calls["abstract"] == before
+    asked = len(world.gradient_calls)
     system = (
         optimizer(max_rounds=2, agent_supervision=False)
         .compile(Pipeline(), trainset=train, valset=val)
         .detailed_results
     )
     assert system.best_val_score == 1.0
+    # without agent-level supervision the gradient role sees the system's output and the gold label, never a
+    # pseudo-label; with it, every gradient call is shown one
+    off = world.gradient_calls[asked:]
+    assert off and all("corrected_output" not in c and "expected" in c and "program_output" in c for c in off)
+    assert all("corrected_output" in c for c in world.gradient_calls[:asked])
 
 
 # ---- input checks --------------------------------------------------------------------------------
@@ -404,9 +426,17 @@ def test_get_params_lists_the_options():
 
 
 def test_valset_is_split_from_trainset_when_missing(world):
-    train = make_data({"extract": 3, "none": 3})
+    # a third is held out for validation, the rest is learned from: sizes, disjoint, each used for its part
+    train = make_data({"extract": 4, "notes": 2, "none": 3})
     result = optimizer(max_rounds=1).compile(Pipeline(), trainset=train).detailed_results
-    assert result.metric_calls >= 2 and result.initial_val_score is not None
+    labels = {example_label(e): e for e in train}
+    held_out = [v.example for v in result.val_examples]
+    assert len(held_out) == 3 and set(held_out) <= set(labels)
+    assert result.rounds[0].batch_size == 6  # every other example, in one batch
+    blamed = {example_label(dspy.Example(**b.example).with_inputs("question")) for b in result.blame}
+    assert blamed and not blamed & set(held_out)  # the failures learned from are never validation examples
+    assert blamed == {k for k, e in labels.items() if "none" not in e.question} - set(held_out)
+    assert result.initial_val_score == sum(e.question.find("none") > 0 for e in map(labels.get, held_out)) / 3
 
 
 def test_an_unchanged_program_comes_with_the_reason(caplog):
