@@ -154,12 +154,8 @@ def test_speed_mechanisms_keep_the_decisions_and_the_records_explain_the_program
     options = dict(stack_rounds=stack_rounds, cluster_schedule=(1,), reflect_hard_cases=False)
     options |= caps(cap, world["budget_slack"])
     base = compile_world(world, **options)
-    # speculation and the thread count change nothing at all; under a task-LM cap, which of the runs in flight
-    # together the cap refuses depends on timing at several threads: the verdicts before the stop are the same
+    # speculation and the thread count change nothing at all
     for other in (compile_world(world, speculate=False, **options), compile_world({**world, "threads": 1}, **options)):
-        if cap.startswith("task") and "budget" in other.stop_reason + base.stop_reason:
-            assert_one_starts_the_other(other, base)
-            continue
         assert decisions(other) == decisions(base) and other.final_instructions == base.final_instructions
         assert other.metric_calls == base.metric_calls and same(other.best_val_score, base.best_val_score)
         assert blame(other) == blame(base) and other.stop_reason.split(":")[0] == base.stop_reason.split(":")[0]

@@ -137,6 +137,8 @@ class RoundEngine:
         emit: Dispatcher | None = None,
     ):
         config = replace(config, speculate=speculation_helps(config, budget))
+        if budget.task_capped:  # runs in flight together would race for the cap: which one it refuses is timing
+            evaluator.num_threads = 1  # one program run at a time, in order: the same stop at any thread count
         self.config = config
         self.evaluator = evaluator
         self.budget = budget
@@ -157,6 +159,7 @@ class RoundEngine:
         self._provisional: Provisional | None = None  # winners waiting for the next round's (``stack_rounds``)
         self._stack_lost_at: int | None = None  # the last round whose validation pass did not keep every winner
         self._attributed: ProgramState | None = None  # the program the last round's failures were measured on
+        self._judging: CandidateRecord | None = None  # the candidate being judged, not recorded yet
 
     def attribute(self, examples: list[dspy.Example], phase: str = "evaluate") -> Attribution:
         """Steps 1-2 for the current program: failure set and sequential intervention (see :class:`Attributor`)."""
@@ -205,6 +208,7 @@ class RoundEngine:
             record, candidate = self._propose(cluster, minimum, program)
             if candidate is None:
                 judged.append(record)
+                self._judging = None
                 continue
             start = self.budget.metric_calls
             won = self.acceptance.cluster_check(record, program, candidate, [g.record.example for g in cluster.members])
@@ -215,6 +219,7 @@ class RoundEngine:
                 stack.checked.append(Checked(record, cluster, program, won))
             else:
                 judged.append(record)
+            self._judging = None
             program = candidate if won else program
         if not stack.winners:
             self._provisional = None
@@ -398,6 +403,7 @@ class RoundEngine:
         state, name = self.state, cluster.predictor
         current = program[name]
         record = CandidateRecord(state.round_index, name, len(cluster.members), minimum, cluster.text, current, None)
+        self._judging = record  # paid for from here: recorded even if the run stops before its verdict
         proposal = self.rewriter.rewrite(cluster, program)
         problem = self.rewriter.unusable(proposal, current)
         if proposal is not None and proposal.strip() != current.strip():
@@ -420,6 +426,7 @@ class RoundEngine:
             state.round_index, name, len(cluster.members), minimum, cluster.text, state.instructions[name], None
         )
         record.kind = "demos"
+        self._judging = record
         demos = added_demos(
             state.instructions.demos_of(name), [g.record for g in cluster.members], self.config.max_demos
         )
@@ -463,7 +470,8 @@ class RoundEngine:
 
         The starting program's validation pass is needed first by the first candidate's check, so
         with several threads it runs beside the first round's attribution and proposals (sharing
-        ``num_threads``), when the training and validation examples are distinct.
+        ``num_threads``), when the training and validation examples are distinct and no task-LM cap is set; its
+        metric calls are set aside first (see :meth:`_start_validation`).
         """
         sizes, cap = (len(self.trainset), len(self.valset)), self.budget.max_metric_calls
         self.emit("on_run_start", RunStart(list(self.state.instructions), *sizes, cap, max_rounds, resumed))
@@ -632,8 +640,14 @@ class RoundEngine:
             else:  # one at a time: each verdict is reported before the next candidate (a callback may stop the run)
                 shown = (self.update_demos(pool, minimum) for pool in pooled(ready) if kinds != "instructions")
                 for candidate in chain(shown, (self.update(cluster, minimum) for cluster in ready if kinds != "demos")):
+                    self._judging = None
                     self._record_all(record, [candidate])
         finally:
+            if self._judging is not None:  # the run stopped while this candidate was judged
+                unfinished, self._judging = self._judging, None
+                if not unfinished.accepted and not unfinished.reason:
+                    unfinished.reason = "the run stopped before it was judged"
+                judged.append(unfinished)
             record.stacked = [winner.predictor for winner in self._provisional.winners] if self._provisional else []
             record.best_val_score = self.state.best_val_score
             record.metric_calls = self.budget.metric_calls
