@@ -204,3 +204,32 @@ def test_a_stop_callback_at_the_first_verdict_keeps_the_rest_of_the_round():
     assert len(result.candidates) == 3 and all(c.accepted for c in result.candidates)
     assert replayed(result) == result.final_instructions
     assert result.rounds[0].candidates == 3 and result.rounds[0].metric_calls == result.metric_calls
+
+
+@pytest.mark.parametrize("cap", [None, 60, 52])
+def test_a_lost_stack_decides_as_one_at_a_time_judging_where_rewrites_interact_and_budgets_bind(cap):
+    # notes's rewrite wins its cluster only on top of extract's, which overfits; answer's wins on its own. Under
+    # each cap, a verdict the stacked run reaches is the one one-at-a-time judging gives the same candidate.
+    train = make_data({"extract": 2, "extract+notes": 2, "answer": 2})
+    val = make_data({"none": 6, "extract": 1, "extract+notes": 1, "notes": 1, "answer": 1}, start=50)
+    options = dict(max_rounds=2, cluster_schedule=(1,), stack_rounds=1, reflect_hard_cases=False, speculate=False)
+    runs = [
+        run(
+            World(overfit=("extract",)), train, val, validate_together=flag, max_metric_calls=cap, **options
+        ).detailed_results
+        for flag in (True, False)
+    ]
+    reached = [
+        {
+            (r, p, i): accepted
+            for (r, p, i, accepted), c in zip(verdicts(run), run.candidates)
+            if "stopped" not in c.reason
+        }
+        for run in runs
+    ]
+    together, alone = reached
+    assert all(alone[key] == verdict for key, verdict in together.items() if key in alone)
+    assert together or cap == 52  # at 52 the budget ends inside the solo passes: every verdict there is unfinished
+    assert all(replayed(r) == r.final_instructions for r in runs)
+    if cap is None:
+        assert together == alone and runs[0].final_instructions == runs[1].final_instructions

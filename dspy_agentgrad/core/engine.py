@@ -50,6 +50,8 @@ from .speculation import Speculation, speculation_helps
 from .state import CandidateRecord, Cluster, Gradient, RoundRecord, RunState, example_label
 
 logger = logging.getLogger("dspy.agentgrad")
+#: A loser's reason while its check, made on top of winners of its stack that were not all kept, waits to be made again.
+LOST_ON_A_STACK = "lost its cluster on top of a winner that was not kept; the run stopped before it was judged again"
 VALIDATION_PASS = "starting validation"  # the budget's purpose for the starting program's validation pass
 
 
@@ -287,23 +289,28 @@ class RoundEngine:
         """After the stack's pass: judge again, on the program now validated, each candidate that lost its cluster
         check on a program that will not exist (a winner below it was not kept): a harmful rewrite must not also
         block the ones checked after it."""
-        program = stack.validated  # what the program is at each candidate's place: the validated one and kept winners
+        program, again = stack.validated, []  # the program at each candidate's place: validated, and kept winners
         for item in stack.checked:
             if item.won:
                 if item.record.accepted:
                     program = program.with_instruction(item.record.predictor, item.record.instruction)
             elif item.checked_on != program:
-                self._judge_on_current(item)
+                item.record.reason = LOST_ON_A_STACK
+                again.append(item)
+        for item in again:
+            self._judge_on_current(item)
 
     def _judge_one_by_one(self, stack: Provisional) -> None:
         """Judge the stack's candidates in order on the current program, as :meth:`update` would: a check made on
         the program a candidate lands on stands (a winner is then validated alone), any other is made again. A
         stop on the way leaves the candidates not reached unaccepted, their records saying why."""
         for item in stack.checked:
+            record = item.record
             if item.won:
-                record = item.record
                 record.accepted, record.val_score, record.validated_at = False, None, None
                 record.reason = "won its cluster; its stack lost validation and the run stopped before it was judged"
+            elif item.checked_on != stack.validated:
+                record.reason = LOST_ON_A_STACK
         for item in stack.checked:
             if item.checked_on != self.state.instructions:
                 self._judge_on_current(item)
