@@ -200,13 +200,14 @@ class RoundEngine:
         stack = self._provisional or Provisional(self.state.instructions, [])
         self._provisional = stack  # from here a stop settles it (see _settle_provisional)
         self.budget.set_aside(0)  # the checks below keep a validation pass affordable
-        program = stack.program
+        program, short = stack.program, None
         for cluster in ready:
             if not self.acceptance.affordable(program, cluster):  # its checks and one validation pass
                 if not judged and not stack.checked:
                     self._provisional = None
                     self.acceptance.require_affordable(cluster)
-                break  # the stack so far still gets its validation pass
+                short = self.acceptance.check_cost(program, cluster)
+                break  # the stack so far gets its validation pass, then the run stops as one at a time would
             record, candidate = self._propose(cluster, minimum, program)
             if candidate is None:
                 judged.append(record)
@@ -223,11 +224,14 @@ class RoundEngine:
                 judged.append(record)
             self._judging = None
             program = candidate if won else program
+        out_of_budget = BudgetExhausted(f"the next candidate check needs up to {short} metric calls")
         if not stack.winners:
             self._provisional = None
+            if short is not None:
+                raise out_of_budget
             return
         needed = self.evaluator.cost(program, self.valset)
-        if self._stack_waits() and needed <= self.budget.remaining():  # waits for the next round's winners
+        if short is None and self._stack_waits() and needed <= self.budget.remaining():  # waits for the next round
             self.state.instructions = program
             self.budget.set_aside(needed)  # its validation pass stays paid for
             return
@@ -238,6 +242,8 @@ class RoundEngine:
             judged.extend(item.record for item in stack.checked)
         if not all(winner.accepted for winner in stack.winners):
             self._stack_lost_at = self.state.round_index
+        if short is not None:
+            raise out_of_budget
 
     def _validate_stack(self, stack: Provisional) -> None:
         """One validation pass for the stack's winners, on the validated program they build on.
