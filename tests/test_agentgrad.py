@@ -20,6 +20,7 @@ from world import (
 )
 
 from dspy_agentgrad import AgentGrad, AgentGradResult, MetricError, auto_budget, default_hint
+from dspy_agentgrad.core.state import example_label
 from dspy_agentgrad.testing import fake_lm
 
 FAST = dict(retry_backoff_s=0, progress=False)
@@ -66,16 +67,18 @@ def test_failure_fixable_at_two_predictors_goes_to_the_later_one(world):
 
 
 def test_upstream_predictors_replay_and_only_the_target_and_later_run_live(world):
-    report = optimizer().attribute(Pipeline(), make_data({"notes": 1}))
+    report = optimizer(num_threads=2).attribute(Pipeline(), make_data({"notes": 1}))
     assert [len(report.attributed[n]) for n in ("extract", "notes", "answer")] == [0, 1, 0]
     # original run: 1 call each; hint at answer: answer live; hint at notes: notes and answer live
     sequential = (1, 2, 3)
     # the answer hint changed nothing, so the extract level was run ahead too: extract live, and as its
     # keyword came out as before, notes and answer replayed
     assert (world.calls["extract"], world.calls["notes"], world.calls["answer"]) == (2, 2, 3)
-    world.calls.clear()
-    optimizer(reuse_calls=False).attribute(Pipeline(), make_data({"notes": 1}))
-    assert (world.calls["extract"], world.calls["notes"], world.calls["answer"]) == sequential
+    # nothing is run ahead without reuse, nor at one thread (where it could not save time)
+    for options in (dict(reuse_calls=False, num_threads=2), dict(num_threads=1)):
+        world.calls.clear()
+        optimizer(**options).attribute(Pipeline(), make_data({"notes": 1}))
+        assert (world.calls["extract"], world.calls["notes"], world.calls["answer"]) == sequential
 
 
 def test_hard_cases_are_left_out_of_the_round(world):
@@ -207,9 +210,11 @@ def test_auto_preset_budget_is_documented_and_respected(world):
 
 def _comparable(result) -> str:
     data = result.to_dict()
-    for key in ("wall_time_s", "phase_wall_s", "options", "segments"):
+    # timings, and LM usage (speculation runs programs ahead at several threads only), may differ; decisions not
+    for key in ("wall_time_s", "phase_wall_s", "options", "segments", "usage"):
         data.pop(key)
     data["paid"].pop("wall_time_s")
+    data["paid"].pop("task")
     return dumps(data)
 
 
@@ -324,7 +329,22 @@ def test_failing_aggregator_falls_back_to_tfidf_and_the_run_goes_on():
 # ---- ablations -----------------------------------------------------------------------------------
 
 
-def test_ablation_switches_change_the_algorithm(world):
+class GradientCalls(World):
+    """The test world, keeping the inputs of every gradient-role call."""
+
+    def __init__(self):
+        super().__init__()
+        self.gradient_calls: list[dict] = []
+
+    def _role(self, call):
+        if "gradient" in call.output_fields and "generalized_gradient" not in call.output_fields:
+            self.gradient_calls.append(dict(call.inputs))
+        return super()._role(call)
+
+
+def test_ablation_switches_change_the_algorithm():
+    world = GradientCalls()
+    dspy.configure(lm=world_lm(world))
     train = make_data({"extract": 2, "notes": 2})
     val = make_data({"extract": 1, "notes": 1}, start=50)
     no_target = (
@@ -337,12 +357,18 @@ def test_ablation_switches_change_the_algorithm(world):
     before = world.calls["abstract"]
     optimizer(max_rounds=1, semantic_abstraction=False).compile(Pipeline(), trainset=train, valset=val)
     assert world.calls["abstract"] == before
+    asked = len(world.gradient_calls)
     system = (
         optimizer(max_rounds=2, agent_supervision=False)
         .compile(Pipeline(), trainset=train, valset=val)
         .detailed_results
     )
     assert system.best_val_score == 1.0
+    # without agent-level supervision the gradient role sees the system's output and the gold label, never a
+    # pseudo-label; with it, every gradient call is shown one
+    off = world.gradient_calls[asked:]
+    assert off and all("corrected_output" not in c and "expected" in c and "program_output" in c for c in off)
+    assert all("corrected_output" in c for c in world.gradient_calls[:asked])
 
 
 # ---- input checks --------------------------------------------------------------------------------
@@ -400,9 +426,17 @@ def test_get_params_lists_the_options():
 
 
 def test_valset_is_split_from_trainset_when_missing(world):
-    train = make_data({"extract": 3, "none": 3})
+    # a third is held out for validation, the rest is learned from: sizes, disjoint, each used for its part
+    train = make_data({"extract": 4, "notes": 2, "none": 3})
     result = optimizer(max_rounds=1).compile(Pipeline(), trainset=train).detailed_results
-    assert result.metric_calls >= 2 and result.initial_val_score is not None
+    labels = {example_label(e): e for e in train}
+    held_out = [v.example for v in result.val_examples]
+    assert len(held_out) == 3 and set(held_out) <= set(labels)
+    assert result.rounds[0].batch_size == 6  # every other example, in one batch
+    blamed = {example_label(dspy.Example(**b.example).with_inputs("question")) for b in result.blame}
+    assert blamed and not blamed & set(held_out)  # the failures learned from are never validation examples
+    assert blamed == {k for k, e in labels.items() if "none" not in e.question} - set(held_out)
+    assert result.initial_val_score == sum(e.question.find("none") > 0 for e in map(labels.get, held_out)) / 3
 
 
 def test_an_unchanged_program_comes_with_the_reason(caplog):

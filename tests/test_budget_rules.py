@@ -123,7 +123,7 @@ def test_a_winning_stack_drops_a_winner_that_costs_more_than_it_gives(threads):
     )
     by_name = {c.predictor: c for c in together.candidates}
     assert "the stack without it did as well or better (0.4000 against 0.4000)" in by_name["notes"].reason
-    assert "judged again without a winner that was not kept" in by_name["extract"].reason
+    assert "judged again on the program it would be installed on" in by_name["extract"].reason
     assert together.final_instructions == alone.final_instructions
     assert together.best_val_score == alone.best_val_score == 0.6
 

@@ -57,11 +57,18 @@ def test_random_minibatches_cover_every_index_once():
 # ---- batch sampler and budgets -------------------------------------------------------------------
 
 
-def test_batch_sampler_visits_every_example_each_epoch():
-    sampler = BatchSampler(5, 2, random.Random(1))
-    seen = [i for _ in range(5) for i in sampler.next()]  # 10 draws = two epochs
-    assert sorted(seen) == sorted(list(range(5)) * 2)
-    assert all(len(set(sampler.next())) == 2 for _ in range(10))
+@pytest.mark.parametrize("size, batch_size", [(5, 2), (7, 3), (6, 4), (3, 3), (9, 8), (4, 6)])
+def test_batch_sampler_visits_every_example_once_per_epoch_on_many_seeds(size, batch_size):
+    # Counted after every batch, no example is ever drawn twice more than another (an example skipped at an
+    # epoch's turn would lag by two), and a batch never holds an example twice.
+    for seed in range(60):
+        sampler, counts = BatchSampler(size, batch_size, random.Random(seed)), [0] * size
+        for _ in range(3 * size):
+            batch = sampler.next()
+            assert len(batch) == len(set(batch)) == min(size, batch_size)
+            for index in batch:
+                counts[index] += 1
+            assert max(counts) - min(counts) <= 1, (seed, counts)
 
 
 def test_budget_charges_all_or_nothing():

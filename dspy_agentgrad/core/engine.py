@@ -47,10 +47,13 @@ from .events import (
     ValidationScored,
 )
 from .rewriting import Rewriter
-from .speculation import Speculation
+from .speculation import Speculation, speculation_helps
 from .state import CandidateRecord, Cluster, Gradient, RoundRecord, RunState, example_label
 
 logger = logging.getLogger("dspy.agentgrad")
+#: A loser's reason while its check, made on top of winners of its stack that were not all kept, waits to be made again.
+LOST_ON_A_STACK = "lost its cluster on top of a winner that was not kept; the run stopped before it was judged again"
+VALIDATION_PASS = "starting validation"  # the budget's purpose for the starting program's validation pass
 
 
 class BatchSampler:
@@ -61,36 +64,46 @@ class BatchSampler:
         self.queue: list[int] = []
 
     def next(self) -> list[int]:
-        """The next training batch: every example once per epoch before any repeats."""
+        """The next training batch: every example once per epoch before any repeats.
+
+        A batch that spans two epochs takes from the new one only examples it does not hold yet; the ones it
+        holds stay queued for the next batch (dropping them would skip them for a whole epoch).
+        """
         batch: list[int] = []
         while len(batch) < self.batch_size:
             if not self.queue:
                 self.queue = list(range(self.size))
                 self.rng.shuffle(self.queue)
-            index = self.queue.pop(0)
-            if index not in batch:
-                batch.append(index)
+            index = next(i for i in self.queue if i not in batch)  # exists: a batch is never larger than an epoch
+            self.queue.remove(index)
+            batch.append(index)
         return batch
 
 
 @dataclass
-class Held:
-    """A candidate that lost its cluster check on top of unvalidated winners (``behind``): if one of them is not
-    kept, the check stood on a program that will not exist, and the candidate is judged again."""
+class Checked:
+    """A candidate of a stack, checked on its cluster on top of the stack's winners before it: ``checked_on`` is the
+    program that check ran on, ``won`` whether the candidate beat it there. The check stands only while the
+    candidate would be installed on that same program; otherwise the candidate is judged again."""
 
     record: CandidateRecord
     cluster: Cluster
-    behind: list[CandidateRecord]
+    checked_on: ProgramState
+    won: bool
 
 
 @dataclass
 class Provisional:
-    """Winners installed but not validated yet (``stack_rounds``): ``validated`` is the program they build on (the
-    best one validated); ``held``: the candidates that lost their cluster check on top of them."""
+    """A stack of winners not validated yet (``validate_together``; across rounds with ``stack_rounds``):
+    ``validated`` is the program they build on (the best one validated); ``checked``: every candidate checked on top
+    of them, winners and losers, in the order they were checked."""
 
     validated: ProgramState
-    winners: list[CandidateRecord]
-    held: list[Held]
+    checked: list[Checked]
+
+    @property
+    def winners(self) -> list[CandidateRecord]:
+        return [item.record for item in self.checked if item.won]
 
     @property
     def program(self) -> ProgramState:
@@ -126,6 +139,9 @@ class RoundEngine:
         valset: list[dspy.Example],
         emit: Dispatcher | None = None,
     ):
+        config = replace(config, speculate=speculation_helps(config, budget))
+        if budget.task_capped:  # runs in flight together would race for the cap: which one it refuses is timing
+            evaluator.num_threads = 1  # one program run at a time, in order: the same stop at any thread count
         self.config = config
         self.evaluator = evaluator
         self.budget = budget
@@ -145,6 +161,8 @@ class RoundEngine:
         self._validation: Future | None = None  # the starting program's validation pass, while it runs
         self._provisional: Provisional | None = None  # winners waiting for the next round's (``stack_rounds``)
         self._stack_lost_at: int | None = None  # the last round whose validation pass did not keep every winner
+        self._attributed: ProgramState | None = None  # the program the last round's failures were measured on
+        self._judging: CandidateRecord | None = None  # the candidate being judged, not recorded yet
 
     def attribute(self, examples: list[dspy.Example], phase: str = "evaluate") -> Attribution:
         """Steps 1-2 for the current program: failure set and sequential intervention (see :class:`Attributor`)."""
@@ -165,102 +183,160 @@ class RoundEngine:
             self._judge(record, candidate, cluster)
         return record
 
-    def update_together(self, ready: list[Cluster], minimum: int) -> list[CandidateRecord]:
+    def update_together(self, ready: list[Cluster], minimum: int, judged: list[CandidateRecord]) -> None:
         """Step 5 for the round's clusters, the winners validated together (``validate_together``).
 
         Each rewrite is made on top of the round's earlier winners and must beat that stack on its own
         cluster (as it would after their acceptance); the stack of winners then takes one validation
-        pass instead of one per candidate. When the stack does not beat the best program, each winner is
-        validated alone on the current program, in order, as :meth:`update` would. When it wins but loses
-        examples the best program had, a winner that gives less than it costs is found and dropped
-        (:meth:`_drop_harmful`), so a harmful rewrite cannot ride along either way; a candidate that lost its
-        cluster check on top of a winner that is not kept is judged again (:meth:`_judge_again`). When every
-        candidate wins and is accepted, the decisions are :meth:`update`'s, for one validation pass instead of
-        one per candidate.
+        pass instead of one per candidate (:meth:`_validate_stack`). A candidate is never kept on a program other
+        than the one it won its cluster on: where a winner below it is not kept, it is judged again, on its cluster
+        and on validation, on the program it would be installed on. Candidates with a verdict go into ``judged``,
+        also when the run stops half-way.
 
         With ``stack_rounds`` above 1 the stack spans a window of that many rounds: until the window's last round,
         its winners stay installed unvalidated (:class:`Provisional`), the next round attributes and rewrites on
-        top of them, and they are returned with the round that validates them.
+        top of them, and they go into ``judged`` with the round that validates them.
         """
         self.finish_validation()
-        pending = self._provisional
+        stack = self._provisional or Provisional(self.state.instructions, [])
+        self._provisional = stack  # from here a stop settles it (see _settle_provisional)
         self.budget.set_aside(0)  # the checks below keep a validation pass affordable
-        program, records = self.state.instructions, []
-        winners, held = (list(pending.winners), list(pending.held)) if pending else ([], [])
+        program, short = stack.program, None
         for cluster in ready:
             if not self.acceptance.affordable(program, cluster):  # its checks and one validation pass
-                if not records and pending is None:
+                if not judged and not stack.checked:
+                    self._provisional = None
                     self.acceptance.require_affordable(cluster)
-                break  # the stack so far still gets its validation pass
+                short = self.acceptance.check_cost(program, cluster)
+                break  # the stack so far gets its validation pass, then the run stops as one at a time would
             record, candidate = self._propose(cluster, minimum, program)
-            records.append(record)
             if candidate is None:
+                judged.append(record)
+                self._judging = None
                 continue
             start = self.budget.metric_calls
             won = self.acceptance.cluster_check(record, program, candidate, [g.record.example for g in cluster.members])
             record.metric_calls = self.budget.metric_calls - start
             if won:
-                winners.append(record)
-                program = candidate
-            elif winners:
-                held.append(Held(record, cluster, list(winners)))
-        if not winners:
-            return records
-        base = pending.validated if pending else self.state.instructions
+                record.reason = "won its cluster; the run stopped before its stack's validation pass"
+            if won or stack.winners:
+                stack.checked.append(Checked(record, cluster, program, won))
+            else:
+                judged.append(record)
+            self._judging = None
+            program = candidate if won else program
+        out_of_budget = BudgetExhausted(f"the next candidate check needs up to {short} metric calls")
+        if not stack.winners:
+            self._provisional = None
+            if short is not None:
+                raise out_of_budget
+            return
         needed = self.evaluator.cost(program, self.valset)
-        if self._stack_waits() and needed <= self.budget.remaining():  # waits for the next round's winners
-            self._provisional, self.state.instructions = Provisional(base, winners, held), program
+        if short is None and self._stack_waits() and needed <= self.budget.remaining():  # waits for the next round
+            self.state.instructions = program
             self.budget.set_aside(needed)  # its validation pass stays paid for
-            waiting = {id(record) for record in winners} | {id(h.record) for h in held}
-            return [record for record in records if id(record) not in waiting]
+            return
         self._provisional = None
-        self._validate_stack(base, program, winners)
-        self._judge_again(held)
-        if not all(winner.accepted for winner in winners):
+        try:
+            self._validate_stack(stack)
+        finally:
+            judged.extend(item.record for item in stack.checked)
+        if not all(winner.accepted for winner in stack.winners):
             self._stack_lost_at = self.state.round_index
-        if not pending:
-            return records
-        earlier = {id(h.record) for h in pending.held}
-        return winners[: len(pending.winners)] + [h.record for h in held if id(h.record) in earlier] + records
+        if short is not None:
+            raise out_of_budget
 
-    def _judge_again(self, held: list[Held]) -> None:
-        """Judge again, on the program now validated, each candidate whose lost cluster check stood on a winner that
-        was not kept (:class:`Held`): a harmful rewrite must not also block the ones checked after it."""
-        for item in held:
-            if all(winner.accepted for winner in item.behind):
-                continue
-            record = item.record
-            if not self.acceptance.affordable(self.state.instructions, item.cluster):
-                record.reason += "; not judged again without the winner it stood on: no budget left"
-                continue
-            record.cluster_score_before = record.cluster_score_after = None
-            paid = record.metric_calls
-            self._judge(
-                record, self.state.instructions.with_instruction(record.predictor, record.instruction), item.cluster
-            )
-            record.metric_calls += paid
-            record.reason += " (judged again without a winner that was not kept)"
+    def _validate_stack(self, stack: Provisional) -> None:
+        """One validation pass for the stack's winners, on the validated program they build on.
 
-    def _validate_stack(self, base: ProgramState, program: ProgramState, winners: list[CandidateRecord]) -> None:
-        """One validation pass for the stack of ``winners`` (``program``, built on the validated ``base``); when it
-        loses, each winner is validated alone on ``base``, in order."""
+        When it wins, a winner that costs more than it gives is left out (:meth:`_drop_harmful`); every check still
+        stands where each kept winner is installed on the program it won its cluster on, and a loser whose check
+        stood on a winner left out is judged again (:meth:`_judge_again`). Otherwise (the stack lost, or a kept
+        winner's check stood on one left out) the stack's candidates are judged one at a time, in the order they
+        were checked, from the validated program (:meth:`_judge_one_by_one`), as :meth:`update` would judge them.
+        """
+        base, winners = stack.validated, stack.winners
         self.state.instructions = base
         before = list(self.state.best_val_scores)
         start, last = self.budget.metric_calls, winners[-1]
-        together = self.acceptance.validate(last, program)
+        together = self.acceptance.validate(last, stack.program)
         last.metric_calls += self.budget.metric_calls - start
         if together:
             for record in winners:
                 record.accepted, record.val_score, record.validated_at = True, last.val_score, last.validated_at
                 if len(winners) > 1:
                     record.reason = f"{last.reason}, validated with {len(winners) - 1} other winner(s)"
-            self._install(program)
+            self._install(stack.program)
             self._drop_harmful(base, winners, before)
+            if self._checks_stand(stack):
+                self._judge_again(stack)
+                return
+            logger.info("round %d: a kept winner won its cluster on a winner left out", self.state.round_index)
+        elif len(winners) == 1:
+            self._judge_again(stack)  # the winner's verdict stands; the losers above it are judged again
             return
-        if len(winners) > 1:
+        else:
             logger.info("round %d: the stack of %d winners lost on validation", self.state.round_index, len(winners))
-            for record in winners:
-                self._validate_alone(record)
+        self.state.instructions = base
+        self.state.set_best_scores(before)
+        self._judge_one_by_one(stack)
+
+    @staticmethod
+    def _checks_stand(stack: Provisional) -> bool:
+        """Whether each kept winner is installed on the program it won its cluster on."""
+        program = stack.validated
+        for item in stack.checked:
+            if item.won and item.record.accepted:
+                if item.checked_on != program:
+                    return False
+                program = program.with_instruction(item.record.predictor, item.record.instruction)
+        return True
+
+    def _judge_again(self, stack: Provisional) -> None:
+        """After the stack's pass: judge again, on the program now validated, each candidate that lost its cluster
+        check on a program that will not exist (a winner below it was not kept): a harmful rewrite must not also
+        block the ones checked after it."""
+        program, again = stack.validated, []  # the program at each candidate's place: validated, and kept winners
+        for item in stack.checked:
+            if item.won:
+                if item.record.accepted:
+                    program = program.with_instruction(item.record.predictor, item.record.instruction)
+            elif item.checked_on != program:
+                item.record.reason = LOST_ON_A_STACK
+                again.append(item)
+        for item in again:
+            self._judge_on_current(item)
+
+    def _judge_one_by_one(self, stack: Provisional) -> None:
+        """Judge the stack's candidates in order on the current program, as :meth:`update` would: a check made on
+        the program a candidate lands on stands (a winner is then validated alone), any other is made again. A
+        stop on the way leaves the candidates not reached unaccepted, their records saying why."""
+        for item in stack.checked:
+            record = item.record
+            if item.won:
+                record.accepted, record.val_score, record.validated_at = False, None, None
+                record.reason = "won its cluster; its stack lost validation and the run stopped before it was judged"
+            elif item.checked_on != stack.validated:
+                record.reason = LOST_ON_A_STACK
+        for item in stack.checked:
+            if item.checked_on != self.state.instructions:
+                self._judge_on_current(item)
+            elif item.won:
+                self._validate_alone(item.record)
+
+    def _judge_on_current(self, item: Checked) -> None:
+        """Judge ``item`` again, on its cluster and on validation, on the current program."""
+        record = item.record
+        if not self.acceptance.affordable(self.state.instructions, item.cluster):
+            record.reason += "; not judged again on the program it would be installed on: no budget left"
+            raise BudgetExhausted("the next candidate check, on the program it would be installed on, cannot be paid")
+        record.cluster_score_before = record.cluster_score_after = None
+        record.accepted, record.val_score, record.validated_at = False, None, None
+        paid = record.metric_calls
+        candidate = self.state.instructions.with_instruction(record.predictor, record.instruction)
+        self._judge(record, candidate, item.cluster)
+        record.metric_calls += paid
+        record.reason += " (judged again on the program it would be installed on)"
 
     def _drop_harmful(self, base: ProgramState, winners: list[CandidateRecord], before: list[float]) -> None:
         """Leave out a stacked winner that costs more than it gives.
@@ -302,38 +378,33 @@ class RoundEngine:
 
     def _settle_provisional(self, validate: bool) -> None:
         """On the way out: a stack still waiting for its validation pass gets it when ``validate`` and the budget
-        allows; otherwise the program goes back to the last validated one. Its winners are recorded either way (a
-        stop callback asking again, at their verdicts, changes nothing: the run is ending)."""
+        allows; otherwise the program goes back to the last validated one. Its candidates are recorded either way
+        (a stop callback asking again, at their verdicts, changes nothing: the run is ending)."""
         pending, self._provisional = self._provisional, None
         if pending is None:
             return
         self.budget.set_aside(0)
-        self.state.instructions, checked = pending.validated, False
-        if validate and self.evaluator.cost(pending.program, self.valset) <= self.budget.remaining():
+        self.state.instructions = pending.validated
+        affordable = self.evaluator.cost(pending.program, self.valset) <= self.budget.remaining()
+        if validate and pending.winners and affordable:
             try:
-                self._validate_stack(pending.validated, pending.program, pending.winners)
-                checked = True
-            except BudgetExhausted as stop:  # a task-LM cap: what was accepted before it stays
+                self._validate_stack(pending)
+            except (BudgetExhausted, StopRun) as stop:  # a cap or a callback: what was accepted before it stays
                 logger.info("the last stack's validation did not finish: %s", stop)
-        if checked:
-            self._judge_again(pending.held)
-        for record in pending.winners:
-            if not checked and not record.accepted:
-                record.reason = "won its cluster; the run stopped before its stack's validation pass"
-        for record in pending.winners + [h.record for h in pending.held]:
-            try:
-                self._record(self.state.rounds[-1], record)
-            except StopRun:
-                pass
+        last = self.state.rounds[-1]
+        last.best_val_score, last.metric_calls = self.state.best_val_score, self.budget.metric_calls
+        try:
+            self._record_all(last, [item.record for item in pending.checked])
+        except StopRun:
+            pass
 
     def _validate_alone(self, record: CandidateRecord) -> None:
-        """A winner of its cluster validated on the current program (after its stack lost)."""
+        """A winner of its cluster on the current program, validated alone (after its stack lost)."""
         candidate = self.state.instructions.with_instruction(record.predictor, record.instruction)
         needed = self.evaluator.cost(candidate, self.valset)
         if needed > self.budget.remaining():
             raise BudgetExhausted(f"the next validation pass needs up to {needed} metric calls")
         start = self.budget.metric_calls
-        record.accepted, record.val_score, record.validated_at = False, None, None
         if self.acceptance.validate(record, candidate):
             self._install(candidate)
         record.metric_calls += self.budget.metric_calls - start
@@ -346,6 +417,7 @@ class RoundEngine:
         state, name = self.state, cluster.predictor
         current = program[name]
         record = CandidateRecord(state.round_index, name, len(cluster.members), minimum, cluster.text, current, None)
+        self._judging = record  # paid for from here: recorded even if the run stops before its verdict
         proposal = self.rewriter.rewrite(cluster, program)
         problem = self.rewriter.unusable(proposal, current, name)
         if proposal is not None and proposal.strip() != current.strip():
@@ -368,6 +440,7 @@ class RoundEngine:
             state.round_index, name, len(cluster.members), minimum, cluster.text, state.instructions[name], None
         )
         record.kind = "demos"
+        self._judging = record
         demos = added_demos(
             state.instructions.demos_of(name), [g.record for g in cluster.members], self.config.max_demos
         )
@@ -411,7 +484,8 @@ class RoundEngine:
 
         The starting program's validation pass is needed first by the first candidate's check, so
         with several threads it runs beside the first round's attribution and proposals (sharing
-        ``num_threads``), when the training and validation examples are distinct.
+        ``num_threads``), when the training and validation examples are distinct and no task-LM cap is set; its
+        metric calls are set aside first (see :meth:`_start_validation`).
         """
         sizes, cap = (len(self.trainset), len(self.valset)), self.budget.max_metric_calls
         self.emit("on_run_start", RunStart(list(self.state.instructions), *sizes, cap, max_rounds, resumed))
@@ -422,7 +496,7 @@ class RoundEngine:
                 while max_rounds is None or self.state.round_index < max_rounds:
                     spent = self.budget.metric_calls
                     record = self.run_round()
-                    if record.failures == 0 and record.batch_size == len(self.trainset):
+                    if self._no_failures_left(record):
                         self.state.stop_reason = "no failures left on the training set"
                         break
                     idle_rounds = idle_rounds + 1 if self.budget.metric_calls == spent else 0
@@ -460,20 +534,34 @@ class RoundEngine:
         )
         return self.state.stop_reason
 
+    def _no_failures_left(self, record: RoundRecord) -> bool:
+        """Whether the round found no failure on the whole training set under the program the run holds now (not
+        under winners installed unvalidated that their pass then left out, nor before a candidate changed it)."""
+        whole = record.failures == 0 and record.batch_size == len(self.trainset)
+        return whole and self._attributed == self.state.instructions and self._provisional is None
+
     def _start_validation(self, background: ThreadPoolExecutor) -> None:
+        """The starting program's validation pass: beside round 0 when that cannot change what either does.
+
+        Its metric calls are set aside before round 0 starts, so round 0 has the budget it would have after the
+        pass at one thread; under a task-LM cap (whose calls cannot be set aside) it runs first, as at one thread.
+        """
         instructions = self.state.instructions
+        cost = self.evaluator.cost(instructions, self.valset)
 
         def validate() -> list[Outcome]:
-            with in_background():
+            with in_background(), self.budget.drawing_on(VALIDATION_PASS):
                 return self.evaluator.evaluate(instructions, self.valset, "validate")
 
         train_keys = {example_key(ex) for ex in self.trainset}
         overlap = (
             self.config.num_threads > 1
-            and self.evaluator.cost(instructions, self.valset) <= self.budget.remaining()
+            and not self.budget.task_capped
+            and cost <= self.budget.remaining()
             and not any(example_key(ex) in train_keys for ex in self.valset)
         )
         if overlap:
+            self.budget.set_aside(cost, VALIDATION_PASS)
             self._validation = background.submit(contextvars.copy_context().run, validate)
         else:
             self._record_validation(validate())
@@ -516,6 +604,7 @@ class RoundEngine:
         minimum = min_cluster_size(self.config.cluster_schedule, r)
         batch = [self.trainset[i] for i in self.sampler.next()]
         self.emit("on_round_start", RoundStart(r, minimum, len(batch), self.budget.metric_calls))
+        self._attributed = self.state.instructions
         attribution = self.attribute(batch)
         report = attribution.report
         failures = sum(o.score < self.config.max_score for o in attribution.outcomes)
@@ -559,16 +648,26 @@ class RoundEngine:
             self.finish_validation()  # the stacked checks run against the starting program's scores
             waits = self.config.validate_together and self._stack_waits()
             self.speculation.prefetch_judging(ready, r, validation=not waits)
-        if kinds == "instructions" and self.config.validate_together:
-            judged = self.update_together(ready, minimum) if ready or self._provisional else []
-        else:  # with "both", the rewrites build on the demonstrations kept
-            shown = (self.update_demos(pool, minimum) for pool in pooled(ready) if kinds != "instructions")
-            judged = chain(shown, (self.update(cluster, minimum) for cluster in ready if kinds != "demos"))
-        for candidate in judged:
-            self._record(record, candidate)
-        record.stacked = [winner.predictor for winner in self._provisional.winners] if self._provisional else []
-        record.best_val_score = self.state.best_val_score
-        record.metric_calls = self.budget.metric_calls
+        judged: list[CandidateRecord] = []  # verdicts given together, kept even when the round stops half-way
+        try:
+            if kinds == "instructions" and self.config.validate_together:
+                if ready or self._provisional:
+                    self.update_together(ready, minimum, judged)
+            else:  # one at a time: each verdict is reported before the next candidate (a callback may stop the run)
+                shown = (self.update_demos(pool, minimum) for pool in pooled(ready) if kinds != "instructions")
+                for candidate in chain(shown, (self.update(cluster, minimum) for cluster in ready if kinds != "demos")):
+                    self._judging = None
+                    self._record_all(record, [candidate])
+        finally:
+            if self._judging is not None:  # the run stopped while this candidate was judged
+                unfinished, self._judging = self._judging, None
+                if not unfinished.accepted and not unfinished.reason:
+                    unfinished.reason = "the run stopped before it was judged"
+                judged.append(unfinished)
+            record.stacked = [winner.predictor for winner in self._provisional.winners] if self._provisional else []
+            record.best_val_score = self.state.best_val_score
+            record.metric_calls = self.budget.metric_calls
+            self._record_all(record, judged)
         self.state.round_index += 1
         self.emit("on_round_end", RoundEnd(record))
         return record
@@ -610,10 +709,20 @@ class RoundEngine:
             return False
         return (self.state.round_index + 1) % self.config.stack_rounds != 0
 
-    def _record(self, round_record: RoundRecord, candidate: CandidateRecord) -> None:
-        """Keep a judged candidate in the state and the round's counts; report it (the log is an observer's)."""
-        self.state.candidates.append(candidate)
-        round_record.candidates += 1
-        round_record.accepted += candidate.accepted
-        judged = CandidateJudged(candidate, self.state.best_val_score, self.budget.metric_calls)
-        self.emit("on_candidate_accepted" if candidate.accepted else "on_candidate_rejected", judged)
+    def _record_all(self, round_record: RoundRecord, candidates: list[CandidateRecord]) -> None:
+        """Keep judged candidates in the state and the round's counts, then report each (the log is an observer's).
+        All are kept before any is reported, and a callback's :class:`StopRun` is raised once every one is reported:
+        a verdict given is never missing from the result."""
+        for candidate in candidates:
+            self.state.candidates.append(candidate)
+            round_record.candidates += 1
+            round_record.accepted += candidate.accepted
+        stop: StopRun | None = None
+        for candidate in candidates:
+            judged = CandidateJudged(candidate, self.state.best_val_score, self.budget.metric_calls)
+            try:
+                self.emit("on_candidate_accepted" if candidate.accepted else "on_candidate_rejected", judged)
+            except StopRun as raised:
+                stop = stop or raised
+        if stop is not None:
+            raise stop

@@ -4,8 +4,9 @@ Two kinds: the first rewrite of every predictor at once, and (when the attributo
 hinted runs change nothing) the round's candidate checks stacked as if every candidate wins.
 Program runs made ahead are not scored: the engine then judges each candidate as always, scoring
 and paying for the runs it asks for in its own order, so the metric calls and the decisions are
-those without speculation under any budget. Prompt-LM calls are asked ahead only with ``speculate``
-on and no prompt-LM cap (a cap binds in the order the calls are made).
+those without speculation under any metric-call budget. Prompt-LM calls are asked ahead only with no
+prompt-LM cap, and nothing is done ahead under a task-LM cap or at one thread (:func:`speculation_helps`):
+a cap binds in the order the calls are made.
 """
 
 from __future__ import annotations
@@ -27,6 +28,13 @@ from .state import Cluster, RunState
 logger = logging.getLogger("dspy.agentgrad")
 
 Chain = tuple[dspy.Example, list[ProgramState]]
+
+
+def speculation_helps(config: AgentGradConfig, budget: Budget) -> bool:
+    """Whether the run speculates: with ``speculate`` on, several threads (at one thread nothing runs beside
+    anything, and the work done ahead only adds task-LM calls) and no task-LM cap (runs made ahead spend task-LM
+    calls and tokens the procedure without speculation would not, and a cap binds in the order calls are made)."""
+    return config.speculate and config.num_threads > 1 and not budget.task_capped
 
 
 class Speculation:

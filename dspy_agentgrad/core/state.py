@@ -233,10 +233,14 @@ class RunState:
 
     def set_best(self, outcomes: list[Outcome]) -> None:
         """Make these validation outcomes the bar a candidate must clear."""
-        self.best_val_scores = [o.score for o in outcomes]
-        self.best_val_total = exact_total(outcomes)
-        self.best_val_score = float(self.best_val_total / len(outcomes)) if outcomes else 0.0
+        self.set_best_scores([o.score for o in outcomes])
         self.best_val_objectives = objective_means(o.objectives for o in outcomes)
+
+    def set_best_scores(self, scores: list[float]) -> None:
+        """Make these validation scores (one per example) the bar a candidate must clear."""
+        self.best_val_scores = list(scores)
+        self.best_val_total = sum((Fraction(s) for s in scores), Fraction(0))
+        self.best_val_score = float(self.best_val_total / len(scores)) if scores else 0.0
 
     def rejected_rewrites(self, predictor: str) -> list[str]:
         """Rewrites of ``predictor`` judged and rejected so far (the rewrite role is shown the last few)."""

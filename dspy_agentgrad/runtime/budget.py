@@ -22,9 +22,15 @@ may leave room); when none is, it is refused, its run is dropped (not scored) an
 
 from __future__ import annotations
 
+import contextvars
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
+
+#: The purpose whose set-aside metric calls the current context's charges draw on (see ``Budget.drawing_on``).
+_DRAWING_ON: contextvars.ContextVar[str | None] = contextvars.ContextVar("agentgrad_drawing_on", default=None)
 
 
 class BudgetExhausted(Exception):
@@ -99,7 +105,7 @@ class Budget:
         self.max_task_calls = max_task_calls
         self.max_task_tokens = max_task_tokens
         self.metric_calls = 0
-        self.set_aside_calls = 0  # metric calls kept for one step (see ``set_aside``)
+        self._aside: dict[str, int] = {}  # metric calls kept for one step each (see ``set_aside``)
         self.prompt_tokens = 0
         self.prompt_cost = 0.0
         self.task_calls = 0  # paid by admitted calls (task-LM calls outside the caps are not counted here)
@@ -151,29 +157,51 @@ class Budget:
             tokens = int(usage.get("prompt_tokens", 0)) + int(usage.get("completion_tokens", 0))
             self.settle_task_call(TaskTicket(0, 0), int(usage.get("calls", 0)), tokens)
 
+    @property
+    def set_aside_calls(self) -> int:
+        """Metric calls kept out of reach of every step (see :meth:`set_aside`)."""
+        return sum(self._aside.values())
+
     def remaining(self) -> float:
         """Metric calls left for any step (infinite without a cap): what is set aside is not."""
         if self.max_metric_calls is None:
             return float("inf")
         return self.max_metric_calls - self.metric_calls - self.set_aside_calls
 
-    def set_aside(self, n: int) -> None:
-        """Keep ``n`` metric calls out of reach of every step until set aside again (0 gives them back): a
-        waiting stack's validation pass stays paid for whatever the round before it spends."""
+    def set_aside(self, n: int, purpose: str = "stack") -> None:
+        """Keep ``n`` metric calls for ``purpose`` out of reach of every other step until set aside again (0 gives
+        them back): a waiting stack's validation pass stays paid for whatever the round before it spends, and a
+        validation pass running beside a round gets the calls it would have had before the round."""
         with self._lock:
-            self.set_aside_calls = n
+            self._aside[purpose] = n
+
+    @contextmanager
+    def drawing_on(self, purpose: str) -> Iterator[None]:
+        """Charges made in this context (this thread and what it copies its context into) take ``purpose``'s
+        set-aside calls first; what is left of them is given back at the end."""
+        token = _DRAWING_ON.set(purpose)
+        try:
+            yield
+        finally:
+            _DRAWING_ON.reset(token)
+            self.set_aside(0, purpose)
 
     def charge(self, n: int) -> None:
         """Take ``n`` metric calls, all or nothing."""
         with self._lock:
-            taken = self.metric_calls + self.set_aside_calls
+            purpose = _DRAWING_ON.get()
+            own = min(n, self._aside.get(purpose, 0)) if purpose is not None else 0
+            taken = self.metric_calls + self.set_aside_calls - own
             if self.max_metric_calls is not None and taken + n > self.max_metric_calls:
-                aside = f" ({self.set_aside_calls} set aside)" if self.set_aside_calls else ""
+                aside = self.set_aside_calls - own
+                note = f" ({aside} set aside)" if aside else ""
                 raise BudgetExhausted(
-                    f"metric-call budget: {self.metric_calls} of {self.max_metric_calls} used{aside}, "
+                    f"metric-call budget: {self.metric_calls} of {self.max_metric_calls} used{note}, "
                     f"the next step needs {n}"
                 )
             self.metric_calls += n
+            if own:
+                self._aside[purpose] -= own
 
     def refund(self, n: int) -> None:
         """Give back ``n`` charged metric calls that turned out not to be made."""
