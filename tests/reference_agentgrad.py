@@ -183,3 +183,12 @@ def reference_run(optimizer: AgentGrad, student: dspy.Module, trainset, valset, 
             break
     ref.best_val_score = float(sum(best) / len(best))
     return ref
+
+
+def replayed(result) -> dict[str, str]:
+    """The program the records describe: the starting one with each accepted rewrite, in the order recorded."""
+    program = dict(result.initial_instructions)
+    for candidate in result.candidates:
+        if candidate.accepted:
+            program[candidate.predictor] = candidate.instruction
+    return program

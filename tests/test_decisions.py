@@ -13,6 +13,7 @@ import time
 
 import dspy
 import pytest
+from reference_agentgrad import replayed
 from world import Pipeline, World, feedback_metric, make_data, world_lm
 
 from dspy_agentgrad import AgentGrad
@@ -29,15 +30,6 @@ def run(world: World, train, val, **options):
 
 def verdicts(result) -> list[tuple]:
     return [(c.round, c.predictor, c.instruction, c.accepted) for c in result.candidates]
-
-
-def replayed(result) -> dict[str, str]:
-    """The program the records describe: the starting one with each accepted rewrite, in the order recorded."""
-    program = dict(result.initial_instructions)
-    for candidate in result.candidates:
-        if candidate.accepted:
-            program[candidate.predictor] = candidate.instruction
-    return program
 
 
 class LearnsFromRejections(World):

@@ -15,7 +15,7 @@ from fractions import Fraction
 import dspy
 from hypothesis import given
 from hypothesis import strategies as st
-from reference_agentgrad import reference_run
+from reference_agentgrad import reference_run, replayed
 from rewording_sim import RewordingWorld, WordingPipeline
 from world import Pipeline, World, feedback_metric, make_data, world_lm
 
@@ -95,14 +95,6 @@ def verdicts(result) -> list[tuple]:
 def cut_short(result) -> bool:
     """Whether a cap stopped the run, or left a candidate without its verdict (at the last stack's pass)."""
     return "budget" in result.stop_reason or len(verdicts(result)) < len(result.candidates)
-
-
-def replayed(result) -> dict[str, str]:
-    program = dict(result.initial_instructions)
-    for candidate in result.candidates:
-        if candidate.accepted:
-            program[candidate.predictor] = candidate.instruction
-    return program
 
 
 def blame(result) -> list[dict[str, list[str]]]:

@@ -9,6 +9,7 @@ tried, what was kept and why (``summary.json`` and ``demo.png``).
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import resource
@@ -214,8 +215,8 @@ def run_demo(
     return summary
 
 
-def main(argv: list[str] | None = None) -> None:
-    """The demo's command line (``python -m dspy_agentgrad demo``): parse the options and run the job."""
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The demo's options (``demo ...``); an argument error exits with status 2 and one line naming it."""
     defaults = DemoSettings()
     parser = ArgumentParser(prog="python -m dspy_agentgrad", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -264,7 +265,12 @@ def main(argv: list[str] | None = None) -> None:
     demo.add_argument("--seed", type=int, default=defaults.seed)
     demo.add_argument("--threads", type=at_least(1), default=defaults.num_threads)
     demo.add_argument("--out", type=new_or_folder, default=Path("runs/demo"), help="the folder to write into")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """The demo's command line (``python -m dspy_agentgrad demo``): parse the options and run the job."""
+    args = parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     # the embedded LM's grammar repairs replies cut at the token limit; the summary counts them
     logging.getLogger("dspy.clients.lm").setLevel(logging.ERROR)

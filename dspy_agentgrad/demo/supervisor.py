@@ -32,12 +32,14 @@ def crash_message(signum: int, flags: frozenset[str] | None = None) -> str:
 
 
 def run_supervised(args: list[str]) -> int:
-    """Run ``demo ARGS`` in a child process and return its exit code (1 after a crash, with the message)."""
-    if os.environ.get(CHILD):
-        from .job import main
+    """Run ``demo ARGS`` in a child process and return its exit code (1 after a crash, with the message).
+    The arguments are checked here first, so an error in them exits 2 before any process or LM call."""
+    from .job import main, parse_args
 
+    if os.environ.get(CHILD):
         main(["demo", *args])
         return 0
+    parse_args(["demo", *args])
     child = subprocess.Popen([sys.executable, "-m", "dspy_agentgrad", "demo", *args], env={**os.environ, CHILD: "1"})
     try:
         code = child.wait()
