@@ -60,11 +60,10 @@ def test_objectives_go_to_mlflow_as_final_metrics(tmp_path, monkeypatch):
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
     previous = mlflow.get_tracking_uri()
     mlflow.set_tracking_uri((tmp_path / "mlruns").as_uri())
-    mlflow.set_experiment("objectives")
     try:
         result = compile_with(use_mlflow=True)
         client = mlflow.tracking.MlflowClient()
-        [run] = client.search_runs([client.get_experiment_by_name("objectives").experiment_id])
+        [run] = client.search_runs([client.get_experiment_by_name("Default").experiment_id])
     finally:
         mlflow.set_tracking_uri(previous)
     metrics = run.data.metrics
