@@ -436,6 +436,7 @@ class LlamaCppEngine:
         self.model = model
         self.extra_buffers = extra_buffers
         self.drafts = drafts
+        self._llama_settings: dict[str, Any] | None = None
         self.constrained = constrained
         self.limits = limits or OutputLimits()
         self.max_tokens = max_tokens
@@ -471,9 +472,12 @@ class LlamaCppEngine:
 
     # -------------------------------------------------------------- llama.cpp
     def llama_settings(self) -> dict[str, Any]:
-        """The keywords the model is loaded with: the load settings and the CPU-dependent buffer choice."""
-        extra = use_extra_buffers() if self.extra_buffers is None else self.extra_buffers
-        return {**self.load_settings, "use_extra_bufts": extra, "drafts": self.drafts}
+        """The keywords the model is loaded with: the load settings and the CPU-dependent buffer choice (the CPU
+        is read once per engine, not on every call)."""
+        if self._llama_settings is None:
+            extra = use_extra_buffers() if self.extra_buffers is None else self.extra_buffers
+            self._llama_settings = {**self.load_settings, "use_extra_bufts": extra, "drafts": self.drafts}
+        return self._llama_settings
 
     def loaded(self) -> _Loaded:
         """The process-wide loaded model for this engine's settings."""
