@@ -285,3 +285,48 @@ def test_a_prompt_lm_that_rejects_its_first_call_stops_the_run_naming_the_error(
     with pytest.raises(FirstRunsFailed, match=r"prompt LM failed with LMAuthError.*Incorrect API key") as caught:
         compile_once(prompt_model=fake_lm(rejected))
     assert "To fix: check the API key" in str(caught.value)
+
+
+def test_the_lm_requests_of_an_instruction_proposer_are_reserved_against_the_prompt_token_cap():
+    """A custom proposer that calls its own LM three times per rewrite, with a long prompt each time: every
+    request is reserved before it is sent, so the cap holds and stops the run, whatever the proposer does."""
+    lm = world_lm(World())
+    lm.kwargs["max_tokens"] = 60  # bounds the world's short replies
+    dspy.configure(lm=lm)
+    helper = fake_lm(lambda call: "Add the missing fix.", name="fake/proposer-helper")
+    helper.kwargs["max_tokens"] = 60
+    asked: list[int] = []
+
+    def proposer(request):
+        for _ in range(3):
+            helper("context " * 3000 + request.current_instruction)
+            asked.append(1)
+        return f"{request.current_instruction} FIX-{request.predictor}."
+
+    def swallowing(request):  # a proposer that catches every error must not lift the cap either
+        try:
+            return proposer(request)
+        except Exception:
+            return None
+
+    train = make_data({"extract": 3, "notes": 3, "answer": 3})
+    val = make_data({"extract": 2, "notes": 1, "none": 2}, start=50)
+    for chosen in (proposer, swallowing):
+        for cap in (20000, 30000):
+            asked.clear()
+            result = (
+                AgentGrad(
+                    feedback_metric,
+                    max_rounds=3,
+                    cluster_schedule=(1,),
+                    max_prompt_tokens=cap,
+                    instruction_proposer=chosen,
+                    **FAST,
+                )
+                .compile(Pipeline(), trainset=train, valset=val)
+                .detailed_results
+            )
+            paid = result.usage["prompt"]["prompt_tokens"] + result.usage["prompt"]["completion_tokens"]
+            assert paid <= cap, f"{chosen.__name__}: {paid} tokens paid under max_prompt_tokens={cap}"
+            assert asked, "the proposer was never asked: the test shows nothing"
+            assert "prompt-LM token budget" in result.stop_reason, result.stop_reason

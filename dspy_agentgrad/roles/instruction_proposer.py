@@ -6,7 +6,8 @@ proposer gets the same inputs as the built-in rewrite role, plus the individual
 gradients behind the generalized one, and returns the new instruction (or
 ``None`` to propose nothing). Its result is journaled in ``log_dir`` like the
 built-in role's, so a resumed run does not call it again for the same request,
-and the LM calls it makes through DSPy are counted as prompt-LM usage.
+and the LM calls it makes through DSPy are counted as prompt-LM usage and reserved against the prompt-LM caps
+before each is sent (:mod:`..runtime.prompt_gate`).
 """
 
 from __future__ import annotations

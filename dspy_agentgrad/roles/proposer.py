@@ -11,6 +11,7 @@ import logging
 import threading
 from collections import Counter
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -22,6 +23,7 @@ from ..runtime.budget import Budget, BudgetExhausted, Reservation, worst_case_us
 from ..runtime.jsonable import digest, to_jsonable
 from ..runtime.paid_work import PaidWork
 from ..runtime.parallel import current_batch
+from ..runtime.prompt_gate import GATE_SETTING, PromptGate, install
 from ..runtime.redaction import Redactor
 from ..runtime.retries import FirstRunsFailed, RetryPolicy, error_kind, is_transient, retried_by_the_lm, setup_fix
 from ..runtime.store import Memo
@@ -110,19 +112,25 @@ class Proposer:
         return to_jsonable(dict(prediction.items()))
 
     def _settle(
-        self, role: str, key: str, produce: Callable[[], dict], bound: dict[str, int] | None = None
+        self,
+        role: str,
+        key: str,
+        produce: Callable[[], dict],
+        bound: dict[str, int] | None = None,
+        user_code: bool = False,
     ) -> dict | None:
         """Outputs of a journaled, counted, retried call of ``produce``; None when it kept failing.
 
         ``bound`` is one attempt's worst-case usage: each attempt is reserved against the prompt-LM
         caps before it starts (an attempt that cannot be reserved is not made: the cap stops the run)
-        and settled at what it really used.
+        and settled at what it really used. ``user_code``: ``produce`` runs the user's code, whose LM requests
+        cannot be bounded in advance; each is reserved as it is sent (:mod:`..runtime.prompt_gate`).
         """
         paid_now: list[bool] = []
 
         def ask() -> dict:
             paid_now.append(True)
-            return self._ask(role, key, produce, bound)
+            return self._ask(role, key, produce, bound, user_code)
 
         record, new = self.work.settle(key, ask)
         usage = record["usage"] if new else empty_usage()
@@ -142,7 +150,9 @@ class Proposer:
     def _price(self, usage: dict) -> float:
         return self.price(usage) if self.price else 0.0
 
-    def _ask(self, role: str, key: str, produce: Callable[[], dict], bound: dict[str, int] | None) -> dict:
+    def _ask(
+        self, role: str, key: str, produce: Callable[[], dict], bound: dict[str, int] | None, user_code: bool
+    ) -> dict:
         """Call ``produce``, retrying transient errors only (see :mod:`retries`); each attempt reserved and
         settled on its own. When a retry cannot be reserved, what was paid is counted and the cap stops the run."""
         usage, errors = empty_usage(), []
@@ -153,16 +163,22 @@ class Proposer:
                 self.ledger.add("prompt", role, usage)
                 raise
             used = empty_usage()
+            gate = self._gate(f"{key}#{attempt}") if user_code else None
             try:
-                with track() as used:
+                with track() as used, dspy.context(**{GATE_SETTING: gate}) if gate else nullcontext():
                     outputs = produce()
                 error = None
             except Exception as exc:
                 outputs, error = None, exc
             finally:
-                self.budget.settle(reservation, used["prompt_tokens"] + used["completion_tokens"], self._price(used))
+                tokens = used["prompt_tokens"] + used["completion_tokens"]
+                settled = (gate.settled_tokens, gate.settled_cost) if gate else (0, 0.0)
+                self.budget.settle(reservation, tokens - settled[0], self._price(used) - settled[1])
             for k in usage:
                 usage[k] += used[k]
+            if gate is not None and gate.refused is not None:  # the cap stops the run, even if the user's code
+                self.ledger.add("prompt", role, usage)  # caught the refusal
+                raise gate.refused
             if error is None:
                 self._answered = True
                 return {"outputs": outputs, "usage": usage, "errors": errors}
@@ -190,6 +206,13 @@ class Proposer:
             last = attempt == attempts
             tokens = usage["prompt_tokens"] + usage["completion_tokens"] if last else 0
             self.budget.settle(reservation, tokens, self._price(usage) if last else 0.0)
+
+    def _gate(self, key: str) -> PromptGate | None:
+        """A gate for the LM requests of user code, where a prompt-LM cap is set."""
+        if self.budget.max_prompt_tokens is None and self.budget.max_prompt_cost is None:
+            return None
+        install()
+        return PromptGate(self.budget, key, self._price, current_batch())
 
     def _reserve(self, key: str, bound: dict[str, int] | None) -> Reservation | None:
         if bound is None:
@@ -294,6 +317,7 @@ class Proposer:
                 "rewrite",
                 f"role:instruction_proposer:{digest(asdict(request))}",
                 lambda: {"new_instruction": checked_instruction(resolved(self.instruction_proposer(request)))},
+                user_code=True,
             )
         else:
             shown = [
