@@ -9,7 +9,7 @@ import pytest
 from world import Pipeline, World, dumps, feedback_metric, make_data, world_lm
 
 from dspy_agentgrad import AgentGrad
-from dspy_agentgrad.core.acceptance import cannot_clear
+from dspy_agentgrad.core.judging.acceptance import cannot_clear
 
 FAST = dict(retry_backoff_s=0, progress=False, auto=None)
 

@@ -11,6 +11,7 @@ import dspy
 import pytest
 
 from dspy_agentgrad.config import auto_budget
+from dspy_agentgrad.core.batches import BatchSampler
 from dspy_agentgrad.core.clustering import (
     GradientGroup,
     min_cluster_size,
@@ -18,7 +19,6 @@ from dspy_agentgrad.core.clustering import (
     random_minibatches,
     tfidf_groups,
 )
-from dspy_agentgrad.core.engine import BatchSampler
 from dspy_agentgrad.program.prompt_text import input_values, instructions, output_fields
 from dspy_agentgrad.reporting.paired import PairedChange
 from dspy_agentgrad.runtime.budget import Budget, BudgetExhausted

@@ -21,7 +21,7 @@ from ..program.program_state import ProgramState
 from ..roles.proposer import Proposer
 from ..runtime.budget import Budget
 from ..runtime.parallel import parallel_map
-from .acceptance import Acceptance
+from .judging.acceptance import Acceptance
 from .rewriting import Rewriter
 from .state import Cluster, RunState
 

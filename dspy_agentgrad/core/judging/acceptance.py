@@ -2,7 +2,7 @@
 
 A candidate must beat the current program on its cluster, then on validation. This module
 owns every part of that decision: what a check may cost before it is paid for, the races
-with exact early rejection, and the verdict written into the candidate's record.
+with exact early rejection, and the verdict it reaches (written through :class:`Verdicts`).
 """
 
 from __future__ import annotations
@@ -14,13 +14,14 @@ from fractions import Fraction
 
 import dspy
 
-from ..config import AgentGradConfig
-from ..program.evaluation import Evaluator
-from ..program.objectives import guard_violations, objective_means
-from ..program.runs import Outcome
-from ..runtime.budget import Budget, BudgetExhausted
-from .events import Dispatcher, ValidationScored
-from .state import CandidateRecord, Cluster, RunState, exact_total
+from ...config import AgentGradConfig
+from ...program.evaluation import Evaluator
+from ...program.objectives import guard_violations, objective_means
+from ...program.runs import Outcome
+from ...runtime.budget import Budget, BudgetExhausted
+from ..events import Dispatcher, ValidationScored
+from ..state import CandidateRecord, Cluster, RunState, exact_total
+from .verdicts import Verdicts
 
 logger = logging.getLogger("dspy.agentgrad")
 
@@ -95,6 +96,7 @@ class Acceptance:
         valset: list[dspy.Example],
         state: RunState,
         emit: Dispatcher,
+        verdicts: Verdicts,
     ):
         self.config = config
         self.evaluator = evaluator
@@ -102,6 +104,7 @@ class Acceptance:
         self.valset = valset
         self.state = state
         self.emit = emit
+        self.verdicts = verdicts
 
     def check_cost(self, program: Mapping[str, str], cluster: Cluster) -> int:
         """The most metric calls judging a candidate for ``cluster`` on ``program`` can take: the cluster's
@@ -146,7 +149,7 @@ class Acceptance:
         record.cluster_score_before = float(before / len(examples))
         record.cluster_score_after = None if after is None else float(after / len(examples))
         if after is None or after <= before:
-            record.reason = "no gain on its cluster"
+            self.verdicts.reject(record, "no gain on its cluster")
             return False
         return True
 
@@ -161,16 +164,16 @@ class Acceptance:
             return False
         state = self.state
         if cannot_clear(total, state.best_val_total, strict):
-            record.reason = "no gain on validation"
+            self.verdicts.reject(record, "no gain on validation")
             return False
         outcomes = self.evaluator.evaluate(candidate, self.valset, "validate")  # all cached: free
         if self.config.val_acceptance == "robust" and not gain_survives_dropping_best(outcomes, state.best_val_scores):
-            record.reason = "its gain on validation rests on one example"
+            self.verdicts.reject(record, "its gain on validation rests on one example")
             return False
         if self._guard_blocks(record, outcomes):
             return False
-        record.accepted, record.reason = (
-            True,
+        self.verdicts.accept(
+            record,
             "gain on cluster and validation"
             if total > state.best_val_total
             else "gain on cluster, equal on validation",
@@ -224,7 +227,7 @@ class Acceptance:
         record.objectives = objective_means(o.objectives for o in outcomes)
         fell = guard_violations(self.config.objective_guards, self.state.best_val_objectives, record.objectives)
         if fell:
-            record.reason = "a guarded objective fell on validation: " + "; ".join(fell)
+            self.verdicts.reject(record, "a guarded objective fell on validation: " + "; ".join(fell))
         return bool(fell)
 
     def _validation_total(self, record: CandidateRecord, candidate: Mapping[str, str], strict: bool) -> Fraction | None:
@@ -247,7 +250,9 @@ class Acceptance:
             chunk_size=self.config.eval_chunk_size,
         )
         if result.stopped_early:
-            record.reason = f"no gain on validation (stopped after {result.scored}/{len(self.valset)}: cannot win)"
+            self.verdicts.reject(
+                record, f"no gain on validation (stopped after {result.scored}/{len(self.valset)}: cannot win)"
+            )
             return None
         record.val_score, record.validated_at = float(result.total / len(self.valset)), self.budget.metric_calls
         self.emit(

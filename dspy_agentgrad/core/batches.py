@@ -1,0 +1,29 @@
+"""The training batches a round attributes on: every example once per epoch, in an order the seed fixes."""
+
+from __future__ import annotations
+
+import random
+
+
+class BatchSampler:
+    """Epoch-shuffled training batches, reproducible from the seed."""
+
+    def __init__(self, size: int, batch_size: int, rng: random.Random):
+        self.size, self.batch_size, self.rng = size, min(batch_size, size), rng
+        self.queue: list[int] = []
+
+    def next(self) -> list[int]:
+        """The next training batch: every example once per epoch before any repeats.
+
+        A batch that spans two epochs takes from the new one only examples it does not hold yet; the ones it
+        holds stay queued for the next batch (dropping them would skip them for a whole epoch).
+        """
+        batch: list[int] = []
+        while len(batch) < self.batch_size:
+            if not self.queue:
+                self.queue = list(range(self.size))
+                self.rng.shuffle(self.queue)
+            index = next(i for i in self.queue if i not in batch)  # exists: a batch is never larger than an epoch
+            self.queue.remove(index)
+            batch.append(index)
+        return batch

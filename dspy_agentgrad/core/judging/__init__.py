@@ -1,0 +1,29 @@
+"""Step 5's judging: which judge a run uses, picked once from the options.
+
+The paper's judge (:class:`SequentialJudge`) takes one candidate at a time; the stacked judge
+(:class:`StackedJudge`, ``validate_together``) validates a stack of rewrites together and falls back to the
+paper's judge for what the stack cannot keep. Both decide with :class:`Acceptance` and write every verdict through
+:class:`Verdicts`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ...config import AgentGradConfig
+from .protocol import JudgingParts, RoundJudge
+from .sequential import SequentialJudge
+from .stacked import StackedJudge
+
+if TYPE_CHECKING:  # the sources import the verdict writer from here
+    from ..sources import Sources
+
+
+def judge_for(config: AgentGradConfig, parts: JudgingParts, sources: Sources) -> RoundJudge:
+    """The stacked judge for rewrites alone with ``validate_together`` (windows of ``stack_rounds``), otherwise the
+    paper's judge over every source."""
+    rewrites_only = config.candidates == "instructions"  # the checks ahead and the stack hold rewrites only
+    one_at_a_time = SequentialJudge(parts, sources.candidates, prefetch_checks=rewrites_only)
+    if config.validate_together and sources.rewrites is not None and rewrites_only:
+        return StackedJudge(one_at_a_time, sources.rewrites, config.stack_rounds)
+    return one_at_a_time

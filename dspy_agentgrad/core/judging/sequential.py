@@ -1,0 +1,71 @@
+"""The paper's judge: one candidate at a time, on the current program; its cluster first, then validation."""
+
+from __future__ import annotations
+
+from ...program.program_state import ProgramState
+from ..sources.base import CandidateSource
+from ..state import CandidateRecord, Cluster, RoundRecord
+from .protocol import JudgingParts
+
+
+class SequentialJudge:
+    """Judges each source's candidates in turn, each verdict reported before the next candidate is made (a callback
+    may stop the run). ``prefetch_checks``: the round's checks may be run ahead (rewrites only: the checks ahead
+    stack rewrites)."""
+
+    def __init__(self, parts: JudgingParts, sources: list[CandidateSource], prefetch_checks: bool):
+        self.parts = parts
+        self.sources = sources
+        self.prefetch_checks = prefetch_checks
+
+    def prefetch(self, ready: list[Cluster], speculated: bool) -> None:
+        if speculated and self.prefetch_checks:
+            self.parts.before_judging()  # the stacked checks run against the starting program's scores
+            self.parts.speculation.prefetch_judging(ready, self.parts.state.round_index)
+
+    def judge_round(
+        self, ready: list[Cluster], minimum: int, round_record: RoundRecord, judged: list[CandidateRecord]
+    ) -> None:
+        for source in self.sources:
+            for cluster in source.clusters(ready):
+                candidate = self.update(source, cluster, minimum)
+                self.parts.verdicts.close()
+                self.parts.verdicts.record(round_record, [candidate])
+
+    def waiting(self) -> list[CandidateRecord]:
+        return []
+
+    def settle(self, validate: bool) -> None:
+        """Nothing waits: every verdict was given in its round."""
+
+    def update(self, source: CandidateSource, cluster: Cluster, minimum: int) -> CandidateRecord:
+        """Step 5 for one cluster: ``source``'s candidate, then two-stage acceptance with exact early rejection.
+
+        The candidate must beat the current program on its cluster, then on validation (``val_acceptance``:
+        strictly, at least equal, or strictly without its best example); see :class:`Acceptance`. Nothing is paid
+        for a candidate whose check the budget could not finish. An accepted candidate becomes the current program.
+        """
+        parts = self.parts
+        parts.before_judging()
+        record, candidate = source.propose(
+            cluster, minimum, parts.state.instructions, lambda: parts.acceptance.require_affordable(cluster)
+        )
+        if candidate is not None:
+            self.judge(record, candidate, cluster)
+        return record
+
+    def judge(self, record: CandidateRecord, candidate: ProgramState, cluster: Cluster) -> None:
+        """Two-stage acceptance of one candidate on its cluster's examples; the current program becomes it when it
+        wins."""
+        budget = self.parts.budget
+        start = budget.metric_calls
+        self.parts.acceptance.judge(record, candidate, [g.record.example for g in cluster.members])
+        record.metric_calls = budget.metric_calls - start
+        if record.accepted:
+            self.install(candidate)
+
+    def install(self, candidate: ProgramState) -> None:
+        """An accepted candidate becomes the current program."""
+        state = self.parts.state
+        state.instructions = candidate
+        state.val_history.append((self.parts.budget.metric_calls, state.best_val_score))

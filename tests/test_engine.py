@@ -1,0 +1,74 @@
+"""The round engine with a stubbed judge and stubbed sources: it hands each round's clusters to whatever judge it
+holds, records the verdicts that judge gave, and settles the judge on the way out."""
+
+from __future__ import annotations
+
+import dspy
+from world import Pipeline, World, feedback_metric, make_data, world_lm
+
+from dspy_agentgrad import AgentGrad
+from dspy_agentgrad.core.state import CandidateRecord, Cluster, RoundRecord
+from dspy_agentgrad.runtime.budget import Budget
+
+
+class StubSources:
+    """No reflections; counts what it was asked to prefetch."""
+
+    def __init__(self):
+        self.prefetched: list[int] = []
+
+    def prefetch(self, ready: list[Cluster]) -> None:
+        self.prefetched.append(len(ready))
+
+    def reflect(self, batch, attribution) -> list:
+        return []
+
+
+class StubJudge:
+    """Rejects every cluster's candidate without a check, through the engine's verdict writer."""
+
+    def __init__(self, verdicts):
+        self.verdicts = verdicts
+        self.rounds: list[tuple[int, int]] = []
+        self.settled: list[bool] = []
+
+    def prefetch(self, ready: list[Cluster], speculated: bool) -> None:
+        pass
+
+    def judge_round(
+        self, ready: list[Cluster], minimum: int, round_record: RoundRecord, judged: list[CandidateRecord]
+    ) -> None:
+        self.rounds.append((round_record.round, len(ready)))
+        for cluster in ready:
+            record = CandidateRecord(round_record.round, cluster.predictor, len(cluster.members), minimum, "", "", None)
+            self.verdicts.reject(record, "stubbed")
+            judged.append(record)
+
+    def waiting(self) -> list[CandidateRecord]:
+        return []
+
+    def settle(self, validate: bool) -> None:
+        self.settled.append(validate)
+
+
+def test_the_engine_hands_each_round_to_its_judge_and_records_its_verdicts():
+    dspy.configure(lm=world_lm(World()))
+    train = make_data({"extract": 3, "notes": 2, "answer": 2, "none": 3})
+    val = make_data({"extract": 2, "notes": 2, "none": 2}, start=50)
+    optimizer = AgentGrad(feedback_metric, seed=0, num_threads=1, retry_backoff_s=0, progress=False)
+    engine = optimizer._engine(optimizer._parts(Pipeline(), Budget(), None), train, val)
+    starting = dict(engine.state.instructions)
+    sources, judge = StubSources(), StubJudge(engine.verdicts)
+    engine.sources, engine.judge = sources, judge
+
+    engine.run(max_rounds=2)
+
+    rounds = engine.state.rounds
+    assert [r for r, _ in judge.rounds] == [r.round for r in rounds] and rounds
+    assert sources.prefetched == [n for _, n in judge.rounds] == [r.clusters for r in rounds]
+    assert any(n for _, n in judge.rounds), "the world's failures make clusters"
+    assert [r.candidates for r in rounds] == [n for _, n in judge.rounds]
+    assert len(engine.state.candidates) == sum(n for _, n in judge.rounds)
+    assert all(not c.accepted and c.reason == "stubbed" for c in engine.state.candidates)
+    assert dict(engine.state.instructions) == starting  # nothing was installed
+    assert judge.settled == [True, False]  # after the last round, then on the way out
