@@ -139,7 +139,7 @@ class RoundEngine:
         valset: list[dspy.Example],
         emit: Dispatcher | None = None,
     ):
-        config = replace(config, speculate=speculation_helps(config, budget))
+        config = config.with_options(speculate=speculation_helps(config, budget))
         if budget.task_capped:  # runs in flight together would race for the cap: which one it refuses is timing
             evaluator.num_threads = 1  # one program run at a time, in order: the same stop at any thread count
         self.config = config
@@ -149,8 +149,8 @@ class RoundEngine:
         self.trainset = trainset
         self.valset = valset
         self.emit = emit or Dispatcher()
-        self.rng = random.Random(config.seed)
-        self.sampler = BatchSampler(len(trainset), config.train_batch_size, self.rng)
+        self.rng = random.Random(config.execution.seed)
+        self.sampler = BatchSampler(len(trainset), config.attribution.train_batch_size, self.rng)
         self.attributor = Attributor(config, evaluator, hint_fn)
         self.abstraction = Abstraction(config, proposer, signatures, self.rng)
         self.rewriter = Rewriter(config, proposer, signatures, state)
@@ -442,16 +442,14 @@ class RoundEngine:
         record.kind = "demos"
         self._judging = record
         demos = added_demos(
-            state.instructions.demos_of(name), [g.record for g in cluster.members], self.config.max_demos
+            state.instructions.demos_of(name), [g.record for g in cluster.members], self.config.proposals.max_demos
         )
         if demos is None:
             record.reason = "no new demonstration (each pseudo-label leaks or is shown already)"
             return record
         self.acceptance.require_affordable(cluster)
         record.demos = demos
-        shown = f"{len(demos)} demonstration(s): " + "; ".join(
-            format_fields(d, self.config.max_field_chars) for d in demos
-        )
+        shown = f"{len(demos)} demonstration(s): " + "; ".join(format_fields(d) for d in demos)
         self.emit(
             "on_candidate_proposed",
             CandidateProposed(state.round_index, name, len(cluster.members), cluster.text, shown),
@@ -489,7 +487,7 @@ class RoundEngine:
         """
         sizes, cap = (len(self.trainset), len(self.valset)), self.budget.max_metric_calls
         self.emit("on_run_start", RunStart(list(self.state.instructions), *sizes, cap, max_rounds, resumed))
-        with ThreadPoolExecutor(max_workers=1) as background, shared_threads(self.config.num_threads):
+        with ThreadPoolExecutor(max_workers=1) as background, shared_threads(self.config.execution.num_threads):
             try:
                 self._start_validation(background)
                 idle_rounds = 0
@@ -500,7 +498,7 @@ class RoundEngine:
                         self.state.stop_reason = "no failures left on the training set"
                         break
                     idle_rounds = idle_rounds + 1 if self.budget.metric_calls == spent else 0
-                    if idle_rounds >= len(self.config.cluster_schedule):
+                    if idle_rounds >= len(self.config.abstraction.cluster_schedule):
                         self.state.stop_reason = f"stalled: {idle_rounds} rounds without a metric call"
                         break
                 else:
@@ -555,7 +553,7 @@ class RoundEngine:
 
         train_keys = {example_key(ex) for ex in self.trainset}
         overlap = (
-            self.config.num_threads > 1
+            self.config.execution.num_threads > 1
             and not self.budget.task_capped
             and cost <= self.budget.remaining()
             and not any(example_key(ex) in train_keys for ex in self.valset)
@@ -578,7 +576,7 @@ class RoundEngine:
         self.state.set_best(outcomes)
         self.state.initial_val_scores = list(self.state.best_val_scores)
         self.state.initial_val_objectives = dict(self.state.best_val_objectives)
-        check_guarded_objectives(self.config.objective_guards, self.state.initial_val_objectives)
+        check_guarded_objectives(self.config.judging.objective_guards, self.state.initial_val_objectives)
         self.state.val_labels = [example_label(e) for e in self.valset]
         self.state.initial_val_score = self.state.best_val_score
         self.state.val_history.append((len(self.valset), self.state.best_val_score))
@@ -601,13 +599,13 @@ class RoundEngine:
         """One round; returns its record (also appended to ``self.state.rounds``)."""
         r = self.state.round_index
         self.evaluator.drop_ahead()  # runs made ahead in an earlier round that nothing asked for
-        minimum = min_cluster_size(self.config.cluster_schedule, r)
+        minimum = min_cluster_size(self.config.abstraction.cluster_schedule, r)
         batch = [self.trainset[i] for i in self.sampler.next()]
         self.emit("on_round_start", RoundStart(r, minimum, len(batch), self.budget.metric_calls))
         self._attributed = self.state.instructions
         attribution = self.attribute(batch)
         report = attribution.report
-        failures = sum(o.score < self.config.max_score for o in attribution.outcomes)
+        failures = sum(o.score < self.config.scores.max_score for o in attribution.outcomes)
         self.emit("on_attribution", AttributionDone(r, report, failures, self.budget.metric_calls))
         self.state.blame += report.blame(r)
         fresh = self.abstraction.gradients(report, self.state.instructions, r)
@@ -618,7 +616,7 @@ class RoundEngine:
             g
             for g in self.state.waiting
             if (g.predictor, example_key(g.record.example)) not in fresh_keys
-            and r - g.round < len(self.config.cluster_schedule)
+            and r - g.round < len(self.config.abstraction.cluster_schedule)
             and g.instruction == self.state.instructions[g.predictor]
         ]
         ready, self.state.waiting = self.abstraction.abstract(fresh + carried, minimum, self.state.instructions)
@@ -641,16 +639,16 @@ class RoundEngine:
             reflected=len(reflected),
         )
         self.state.rounds.append(record)
-        kinds = self.config.candidates
+        kinds = self.config.proposals.candidates
         if kinds != "demos":
             self.speculation.prefetch_rewrites(ready)
         if attribution.speculated and kinds == "instructions":  # the stack holds rewrites only
             self.finish_validation()  # the stacked checks run against the starting program's scores
-            waits = self.config.validate_together and self._stack_waits()
+            waits = self.config.judging.validate_together and self._stack_waits()
             self.speculation.prefetch_judging(ready, r, validation=not waits)
         judged: list[CandidateRecord] = []  # verdicts given together, kept even when the round stops half-way
         try:
-            if kinds == "instructions" and self.config.validate_together:
+            if kinds == "instructions" and self.config.judging.validate_together:
                 if ready or self._provisional:
                     self.update_together(ready, minimum, judged)
             else:  # one at a time: each verdict is reported before the next candidate (a callback may stop the run)
@@ -677,7 +675,7 @@ class RoundEngine:
         (``reflect_hard_cases``): without them such a round teaches nothing, and a run whose failures are all hard
         cases stalls with budget left. A hard case is reflected on once per instruction of each predictor."""
         hard = attribution.report.hard_cases
-        if not (self.config.reflect_hard_cases and hard) or self.config.candidates == "demos":
+        if not (self.config.proposals.reflect_hard_cases and hard) or self.config.proposals.candidates == "demos":
             return []
         program, order = self.state.instructions, attribution.report.order
         outcomes = {id(example): outcome for example, outcome in zip(batch, attribution.outcomes)}
@@ -707,7 +705,7 @@ class RoundEngine:
         hard cases on top of it), and where such rewrites keep coming that would repeat in every window."""
         if self._stack_lost_at is not None and self.state.round_index - self._stack_lost_at <= 1:
             return False
-        return (self.state.round_index + 1) % self.config.stack_rounds != 0
+        return (self.state.round_index + 1) % self.config.judging.stack_rounds != 0
 
     def _record_all(self, round_record: RoundRecord, candidates: list[CandidateRecord]) -> None:
         """Keep judged candidates in the state and the round's counts, then report each (the log is an observer's).
