@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .config import AgentGradConfig
 from .core.events import (
     AgentGradCallback,
     AttributionDone,
@@ -38,6 +39,7 @@ __all__ = [
     "AUTO_CANDIDATES",
     "AgentGrad",
     "AgentGradCallback",
+    "AgentGradConfig",
     "AgentGradResult",
     "AttributionDone",
     "AttributionRecord",

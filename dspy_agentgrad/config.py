@@ -26,6 +26,8 @@ from .runtime.jsonable import to_jsonable
 #: Examples scored per step of a cluster or validation check; between steps a candidate that can no longer
 #: win is dropped (exact early rejection). A constant, not an option: it changes speed, never a decision.
 EVAL_CHUNK_SIZE = 16
+#: Constants that were options once: recorded under their old names, so a run's identity stays as it was.
+RECORDED_CONSTANTS = {"eval_chunk_size": EVAL_CHUNK_SIZE, "max_field_chars": MAX_FIELD_CHARS}
 
 
 def worst_case_calls(
@@ -75,7 +77,7 @@ class AgentGradConfig:
     def with_options(self, **options: Any) -> AgentGradConfig:
         """This config with the flat-named ``options`` changed, each group checked.
 
-        An unknown name raises the TypeError a call with a wrong keyword raises; ``num_threads=None`` means
+        An unknown name is a TypeError, as a wrong keyword is; ``num_threads=None`` means
         unchanged; ``max_metric_calls`` or ``max_full_evals`` without ``auto`` turns ``auto`` off, as in
         ``dspy.GEPA(max_metric_calls=N)``.
         """
@@ -86,7 +88,7 @@ class AgentGradConfig:
         changes: dict[str, dict[str, Any]] = {}
         for name, value in options.items():
             if name not in OPTION_GROUP:
-                raise TypeError(f"AgentGrad() got an unexpected keyword argument {name!r}")
+                raise TypeError(f"unknown option {name!r}: the options are the fields help(AgentGrad) lists")
             changes.setdefault(OPTION_GROUP[name], {})[name] = value
         return replace(self, **{group: replace(getattr(self, group), **new) for group, new in changes.items()})
 
@@ -102,7 +104,7 @@ class AgentGradConfig:
         """The options that change decisions (not threads, logging or stats), flat, with the two constants that
         once were options at their values: what ``run.json`` and ``result.json`` record."""
         data = {k: v for k, v in self.options().items() if k not in UNRECORDED}
-        data.update(eval_chunk_size=EVAL_CHUNK_SIZE, max_field_chars=MAX_FIELD_CHARS)
+        data.update(RECORDED_CONSTANTS)
         for key in ("run_timeout_s", "metric_timeout_s", "objective_guards"):  # as before they existed, when unset
             if data[key] is None:
                 data.pop(key)
@@ -143,9 +145,7 @@ PRESETS = {
 def option_defaults() -> dict:
     """Each option's neutral value, as the fingerprint writes it: an option a ``log_dir`` written before it existed
     does not record is no difference at this value."""
-    return to_jsonable(
-        {**AgentGradConfig().options(), "eval_chunk_size": EVAL_CHUNK_SIZE, "max_field_chars": MAX_FIELD_CHARS}
-    )
+    return to_jsonable({**AgentGradConfig().options(), **RECORDED_CONSTANTS})
 
 
 def options_help() -> str:

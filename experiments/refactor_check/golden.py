@@ -29,10 +29,9 @@ def strip(obj):
 
 def world_run(threads: int, out: Path) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from tests.world import Pipeline, World, feedback_metric, make_data, world_lm
-
     from dspy_agentgrad import AgentGrad
     from dspy_agentgrad.config import AgentGradConfig
+    from tests.world import Pipeline, World, feedback_metric, make_data, world_lm
 
     dspy.configure(lm=world_lm(World()))
     train = make_data({"extract": 3, "notes": 2, "answer": 2, "either": 1, "extract+notes": 1, "none": 3})
