@@ -406,7 +406,7 @@ def test_bad_inputs_get_clear_errors(world):
     with pytest.raises(ValueError, match="num_threads"):
         AgentGrad(metric, num_threads=0)
     with pytest.raises(TypeError, match="unexpected keyword"):
-        AgentGrad(metric, config=AgentGradConfig.from_options(max_calls=5))
+        AgentGrad(metric, max_calls=5)
     with pytest.raises(TypeError, match="unknown options"):
         optimizer().compile(Pipeline(), trainset=train, bogus=1)
     with pytest.raises(ValueError, match="with_inputs"):
