@@ -286,6 +286,7 @@ def _run_baseline(program, trainset, valset, metric, ctx) -> tuple[Any, float, l
 
 def _run_agentgrad(program, trainset, valset, metric, ctx):
     from dspy_agentgrad import AgentGrad
+    from dspy_agentgrad.config import AgentGradConfig
 
     budget = ctx["max_metric_calls"]
     switches = {**ctx["options"].get("agentgrad", {}), **ABLATION.get(ctx["name"], {})}
@@ -299,9 +300,11 @@ def _run_agentgrad(program, trainset, valset, metric, ctx):
         num_threads=ctx["num_threads"],
         seed=ctx["seed"],
         log_dir=ctx["log_dir"],
-        track_stats=True,
-        **({"max_task_tokens": ctx["max_task_tokens"]} if ctx["max_task_tokens"] else {}),
-        **switches,
+        config=AgentGradConfig.from_options(
+            track_stats=True,
+            **{"max_task_tokens": ctx["max_task_tokens"]} if ctx["max_task_tokens"] else {},
+            **switches,
+        ),
     )
     with dspy.context(lm=ctx["task_lm"]):
         compiled = opt.compile(program, trainset=trainset, valset=valset)

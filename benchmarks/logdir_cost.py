@@ -23,6 +23,7 @@ import dspy
 from benchmarks.fake_world import BenchWorld
 from benchmarks.registry import load_benchmark
 from dspy_agentgrad import AgentGrad
+from dspy_agentgrad.config import AgentGradConfig
 from dspy_agentgrad.testing import fake_lm
 
 
@@ -55,8 +56,7 @@ def run_once(bench, budget: int, log_dir: Path | None, threads: int) -> dict:
         hint_fn=bench.hint,
         num_threads=threads,
         log_dir=log_dir,
-        progress=False,
-        retry_backoff_s=0,
+        config=AgentGradConfig.from_options(progress=False),
     )
     with FsyncCounter() as fsyncs:
         cpu, wall = time.process_time(), time.perf_counter()

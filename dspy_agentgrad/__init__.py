@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .config import AUTO_CANDIDATES, auto_budget
+from .config import AgentGradConfig
 from .core.events import (
     AgentGradCallback,
     AttributionDone,
@@ -21,6 +21,7 @@ from .core.events import (
     ValidationScored,
 )
 from .core.stoppers import RunStatus, ScoreThresholdStopper, TimeoutStopCondition
+from .option_groups import AUTO_CANDIDATES, auto_budget
 from .program.executor import RayExecutor
 from .program.hints import Hint, default_hint
 from .program.metric import MetricError
@@ -38,6 +39,7 @@ __all__ = [
     "AUTO_CANDIDATES",
     "AgentGrad",
     "AgentGradCallback",
+    "AgentGradConfig",
     "AgentGradResult",
     "AttributionDone",
     "AttributionRecord",

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import inspect
+import logging
+import random
 from typing import Any
 
 import dspy
@@ -9,6 +12,8 @@ import dspy
 from .core.attribution import HintFn
 from .program.awaiting import resolved
 from .runtime.jsonable import UnstableValue, stable_jsonable
+
+logger = logging.getLogger("dspy.agentgrad")
 
 
 def _unencodable_text(value: Any) -> str | None:
@@ -113,3 +118,82 @@ def embedder_function(embedder: Any, clustering: str) -> Any:
             "(e.g. 'openai/text-embedding-3-small'), a dspy.Embedder, or a function list[str] -> vectors"
         )
     return embedder if callable(embedder) else dspy.Embedder(embedder)
+
+
+def hold_out_valset(trainset: list[dspy.Example], seed: int) -> tuple[list[dspy.Example], list[dspy.Example]]:
+    """Train and validation sets when no valset is given: a third of ``trainset``, shuffled with ``seed``."""
+    if len(trainset) < 2:
+        raise ValueError(
+            "trainset needs at least 2 examples when no valset is given (a third is held out for validation)"
+        )
+    shuffled = list(trainset)
+    random.Random(seed).shuffle(shuffled)
+    cut = max(1, len(shuffled) // 3)
+    valset, trainset = shuffled[:cut], shuffled[cut:]
+    logger.info(
+        "no valset given: holding out %d of the %d training examples for validation (a third, shuffled "
+        "with seed=%d); AgentGrad learns from the other %d. Pass valset= to choose them.",
+        len(valset),
+        len(shuffled),
+        seed,
+        len(trainset),
+    )
+    return trainset, valset
+
+
+def check_alias(name: str, value: Any, gepa_name: str, gepa_value: Any) -> Any:
+    """One option given under its name or under dspy.GEPA's name for it; both is an error."""
+    if gepa_value is None:
+        return value
+    if value is not None:
+        raise ValueError(f"{name}= and {gepa_name}= are one option ({gepa_name} is dspy.GEPA's name for it); pass one")
+    return gepa_value
+
+
+def check_hint_fn(hint_fn: Any) -> None:
+    """``hint_fn`` must be callable (its replies are checked as they come, by :func:`checked_hint_fn`)."""
+    if hint_fn is not None and not callable(hint_fn):
+        raise TypeError("hint_fn must be callable as hint_fn(example, pred_name, prediction, feedback) -> str | None")
+
+
+def check_instruction_proposer(proposer: Any) -> None:
+    """``instruction_proposer`` must take one argument, a :class:`RewriteRequest`."""
+    if proposer is not None and not _takes_one_argument(proposer):
+        raise TypeError(
+            "instruction_proposer must be callable as instruction_proposer(request) -> str | None, with a "
+            "dspy_agentgrad.RewriteRequest (dspy.GEPA's instruction_proposer, a function of the candidate, "
+            "the reflective dataset and the components to update, is another protocol)"
+        )
+
+
+def _takes_one_argument(fn: Any) -> bool:
+    """Whether ``fn`` can be called with one positional argument (True when its signature cannot be read)."""
+    if not callable(fn):
+        return False
+    try:
+        inspect.signature(fn).bind(None)
+    except TypeError:
+        return False
+    except ValueError:  # no signature to read (some builtins)
+        return True
+    return True
+
+
+def check_something_can_happen(val_acceptance: str, n_val: int, max_calls: int | None) -> None:
+    """Refuse (or, for a budget too small to start, warn), before anything is paid, a run whose settings leave it
+    nothing it could ever do."""
+    if val_acceptance == "robust" and n_val < 2:
+        raise ValueError(
+            "val_acceptance='robust' keeps a candidate only when its validation gain survives dropping the example "
+            "it gains most on: with 1 validation example no candidate can ever be kept, and every metric call would "
+            "be wasted. Pass at least 2 validation examples, or val_acceptance='strict'"
+        )
+    if max_calls is not None and max_calls < n_val:
+        logger.warning(
+            "max_metric_calls=%d is less than one validation pass (%d validation examples, one metric call each): "
+            "the starting program cannot even be scored, so nothing will happen. Raise max_metric_calls to at least "
+            "%d, or pass fewer validation examples",
+            max_calls,
+            n_val,
+            n_val,
+        )

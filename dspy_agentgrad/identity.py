@@ -10,14 +10,18 @@ from __future__ import annotations
 
 import functools
 import inspect
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dspy
 from pydantic import BaseModel
 
 from .roles import signatures
-from .runtime.jsonable import digest
-from .runtime.store import OVERRIDABLE
+from .runtime.jsonable import digest, example_key
+
+if TYPE_CHECKING:
+    from .config import AgentGradConfig
+
+FORMAT_VERSION = 2  # 2: the fingerprint holds the metric, the LMs and the prompts
 
 #: Settings of ``dspy.LM`` that change what the model generates (an allowlist: nothing else is written).
 GENERATION_KEYS = (
@@ -114,6 +118,35 @@ def prompts_digest() -> str:
     return digest(found)
 
 
+def signature_text(predictor: dspy.Predict) -> str:
+    """A predictor's input and output field names, as the LM roles and the fingerprint show them."""
+    sig = predictor.signature
+    return f"inputs: {', '.join(sig.input_fields)}; outputs: {', '.join(sig.output_fields)}"
+
+
+def run_fingerprint(
+    config: AgentGradConfig, metric: Any, lms: tuple[Any, Any], student: dspy.Module, trainset: list, valset: list
+) -> dict[str, Any]:
+    """What a resumed run must share with the run in its ``log_dir``: program, data, options, metric, the task
+    and prompt LMs (``lms``), the adapter and the LM-role prompts."""
+    task, prompt = lms
+    return {
+        "format": FORMAT_VERSION,
+        "program": {
+            n: {"signature": signature_text(p), "instructions": p.signature.instructions}
+            for n, p in student.named_predictors()
+        },
+        "trainset": digest([example_key(e) for e in trainset]),
+        "valset": digest([example_key(e) for e in valset]),
+        "options": config.fingerprint(),
+        "metric": metric_identity(metric),
+        "task_lm": lm_identity(task),
+        "prompt_lm": lm_identity(prompt),
+        "adapter": adapter_identity(dspy.settings.adapter),
+        "prompts": prompts_digest(),
+    }
+
+
 def check_lm(value: Any, option: str) -> None:
     """A clear error for a task or prompt model that is not a DSPy LM (e.g. a model name string)."""
     if value is not None and not isinstance(value, dspy.BaseLM):
@@ -121,12 +154,3 @@ def check_lm(value: Any, option: str) -> None:
         raise TypeError(
             f"{option} must be a dspy.BaseLM (e.g. dspy.LM('openai/gpt-5-mini')); got {type(value).__name__}{hint}"
         )
-
-
-def check_resume_despite(parts: Any) -> tuple[str, ...]:
-    """``resume_despite`` as a tuple of known parts: a typo must not silently skip a check."""
-    parts = (parts,) if isinstance(parts, str) else tuple(parts or ())
-    unknown = [p for p in parts if p not in OVERRIDABLE]
-    if unknown:
-        raise ValueError(f"resume_despite accepts {', '.join(OVERRIDABLE)}; got {', '.join(map(repr, unknown))}")
-    return parts

@@ -34,7 +34,7 @@ def measure_sample(
     attribution = engine.attribute(sample)
     seconds = time.time() - started
     report = attribution.report
-    failures = sum(o.score < config.max_score for o in attribution.outcomes)
+    failures = sum(o.score < config.scores.max_score for o in attribution.outcomes)
     runs, reused = budget.metric_calls, evaluator.reused
     unfixed = runs + reused - len(sample) - sum(report.counts().values())  # hinted runs that fixed nothing
     stats = SampleStats(
@@ -47,7 +47,7 @@ def measure_sample(
         reuse_rate=min(1.0, reused / unfixed) if unfixed > 0 else 0.0,
         examples=len(sample),
     )
-    if config.candidates == "instructions" and any(report.attributed.values()):
+    if config.proposals.candidates == "instructions" and any(report.attributed.values()):
         _try_rewrites(config, engine, attribution, sample, list(held_out), stats)
     stats.paid_metric_calls = budget.metric_calls
     stats.paid_prompt_calls = evaluator.ledger.to_dict()["prompt"]["calls"]
@@ -91,7 +91,7 @@ def _try_rewrites(
         paid, ran = paid + budget.metric_calls - start, ran + len(blamed)
         before = evaluator.evaluate(program, members, "minibatch")  # paid already, by the attribution or a check
         if exact_total(after[: len(members)]) > exact_total(before):  # the run's cluster check
-            winners.append((blamed, [o.score >= config.max_score for o in after]))
+            winners.append((blamed, [o.score >= config.scores.max_score for o in after]))
             program = candidate
         else:
             repeats += _proposed_again(engine, cluster, program, proposal)
@@ -103,12 +103,12 @@ def _try_rewrites(
         return
     stacked = evaluator.evaluate_many([(program, blamed) for blamed, _ in winners], "minibatch")
     fixed = [
-        alone or o.score >= config.max_score
+        alone or o.score >= config.scores.max_score
         for (_, fixed_alone), outcomes in zip(winners, stacked)
         for alone, o in zip(fixed_alone, outcomes)
     ]
     stats.fix_share = sum(fixed) / len(fixed)
-    failed = [e for e, o in zip(sample, attribution.outcomes) if o.score < config.max_score]
+    failed = [e for e, o in zip(sample, attribution.outcomes) if o.score < config.scores.max_score]
     in_sample = _fixed_share(config, evaluator, start_program, program, failed)
     held = _fixed_share(config, evaluator, start_program, program, held_out) if held_out else None
     if held is not None and in_sample:
@@ -129,5 +129,5 @@ def _fixed_share(
 ) -> float | None:
     """Share of ``examples``' failures under ``before`` that pass under ``after``; None when none failed."""
     runs = evaluator.evaluate_many([(before, examples), (after, examples)], "minibatch")
-    pairs = [(b, a) for b, a in zip(*runs) if b.score < config.max_score]
-    return sum(a.score >= config.max_score for _, a in pairs) / len(pairs) if pairs else None
+    pairs = [(b, a) for b, a in zip(*runs) if b.score < config.scores.max_score]
+    return sum(a.score >= config.scores.max_score for _, a in pairs) / len(pairs) if pairs else None

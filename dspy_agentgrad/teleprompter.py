@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-import inspect
 import logging
 import random
 import sys
@@ -15,14 +13,25 @@ from typing import Any
 import dspy
 from dspy.teleprompt.teleprompt import Teleprompter
 
-from .checks import check_examples, check_optimize_predictors, embedder_function, predictor_names
-from .config import AgentGradConfig, auto_budget, check_int
+from .checks import (
+    check_alias,
+    check_examples,
+    check_hint_fn,
+    check_instruction_proposer,
+    check_optimize_predictors,
+    check_something_can_happen,
+    embedder_function,
+    hold_out_valset,
+    predictor_names,
+)
+from .config import AgentGradConfig, option_defaults, options_help
 from .core.attribution import HintFn
 from .core.engine import RoundEngine
 from .core.events import Dispatcher
 from .core.state import RunState
 from .core.stoppers import Stoppers, check_stop_callbacks
-from .identity import adapter_identity, check_lm, lm_identity, metric_identity, prompts_digest
+from .identity import check_lm, run_fingerprint
+from .option_checks import check_int
 from .program.metric import Metric
 from .program.program_state import apply_state
 from .reporting.estimate import SAMPLE_SIZE, Estimate, StartEstimate
@@ -33,38 +42,23 @@ from .reporting.tracking import MlflowTracker, autolog_logs_compiles, follow_dsp
 from .reporting.wandb_tracking import WandbSettings, WandbTracker, import_wandb
 from .roles.instruction_proposer import InstructionProposer
 from .runtime.budget import Budget, BudgetExhausted
-from .runtime.jsonable import digest, example_key, to_jsonable
 from .runtime.redaction import Redactor, redacted_logs
 from .runtime.run_lock import LogDirLock
 from .runtime.store import atomic_write_json, atomic_write_text, check_fingerprint
 from .sampling import measure_sample
-from .wiring import RunParts, estimator, run_lms, run_parts, run_redactor, signature_text
+from .wiring import RunParts, estimator, run_lms, run_parts, run_redactor
 
 logger = logging.getLogger("dspy.agentgrad")
 
-FORMAT_VERSION = 2  # 2: the fingerprint holds the metric, the LMs and the prompts
+
+class _ConfigDefault:
+    """The default of ``auto``: the config's value, since ``auto=None`` means no ``auto`` budget."""
+
+    def __repr__(self) -> str:
+        return "<the config's>"
 
 
-def _alias(name: str, value: Any, gepa_name: str, gepa_value: Any) -> Any:
-    """One option given under its name or under dspy.GEPA's name for it; both is an error."""
-    if gepa_value is None:
-        return value
-    if value is not None:
-        raise ValueError(f"{name}= and {gepa_name}= are one option ({gepa_name} is dspy.GEPA's name for it); pass one")
-    return gepa_value
-
-
-def _takes_one_argument(fn: Any) -> bool:
-    """Whether ``fn`` can be called with one positional argument (True when its signature cannot be read)."""
-    if not callable(fn):
-        return False
-    try:
-        inspect.signature(fn).bind(None)
-    except TypeError:
-        return False
-    except ValueError:  # no signature to read (some builtins)
-        return True
-    return True
+CONFIG_DEFAULT: Any = _ConfigDefault()
 
 
 class AgentGrad(Teleprompter):
@@ -75,53 +69,77 @@ class AgentGrad(Teleprompter):
     pseudo-label, extracts a textual gradient per failure, clusters gradients by
     meaning, and rewrites instructions cluster by cluster (largest first),
     keeping a rewrite only if it wins on the cluster and then on validation.
-    Option defaults live in :class:`AgentGradConfig`. ``preset="paper"`` runs the paper's
-    procedure (:data:`config.PRESETS` names the options it sets); an option passed explicitly wins.
+
+    The keywords are dspy.GEPA's (``reflection_lm`` is ``prompt_model``, ``perfect_score`` is
+    ``config.scores.max_score``) and this package's own few; every other option is a field of
+    ``config=``, an :class:`~dspy_agentgrad.config.AgentGradConfig` built by
+    ``AgentGradConfig.from_options(name=value, ...)``. A keyword that is also a config field wins over
+    ``config``; ``None`` (for ``auto``: left out) keeps the config's value. ``preset="paper"`` starts from
+    the paper's procedure (:data:`~dspy_agentgrad.config.PRESETS`) instead of the defaults. The options,
+    group by group (``config.<group>.<field>``):
+
     """
 
     def __init__(
         self,
         metric: Callable,
         *,
+        auto: str | None = CONFIG_DEFAULT,
+        max_metric_calls: int | None = None,
+        max_full_evals: int | None = None,
+        num_threads: int | None = None,
+        seed: int | None = None,
+        preset: str | None = None,
+        candidates: str | None = None,
+        val_acceptance: str | None = None,
+        perfect_score: float | None = None,
         prompt_model: Any = None,
         task_model: Any = None,
+        reflection_lm: Any = None,
         hint_fn: HintFn | None = None,
-        log_dir: str | Path | None = None,
+        instruction_proposer: InstructionProposer | None = None,
         callbacks: list[Any] | None = None,
         stop_callbacks: Any = None,
-        progress: bool = True,
-        verbose: bool = False,
-        instruction_proposer: InstructionProposer | None = None,
-        embedder: Any = None,
-        use_wandb: bool = False,
-        wandb_api_key: str | None = None,
-        wandb_init_kwargs: dict[str, Any] | None = None,
-        reflection_lm: Any = None,
-        perfect_score: float | None = None,
-        **options: Any,
+        log_dir: str | Path | None = None,
+        use_mlflow: bool | None = None,
+        use_wandb: bool | None = None,
+        config: AgentGradConfig | None = None,
     ):
-        prompt_model = _alias("prompt_model", prompt_model, "reflection_lm", reflection_lm)
-        if perfect_score is not None:
-            options["max_score"] = _alias("max_score", options.get("max_score"), "perfect_score", perfect_score)
-        self.config = AgentGradConfig.from_options(**options)  # the other options: AgentGradConfig's fields
+        prompt_model = check_alias("prompt_model", prompt_model, "reflection_lm", reflection_lm)
+        if config is not None and not isinstance(config, AgentGradConfig):
+            raise TypeError(f"config must be an AgentGradConfig; got {type(config).__name__}")
+        if config is not None and preset is not None:
+            raise ValueError(
+                "preset= and config= each give a whole config; pass one "
+                "(AgentGradConfig.from_options(preset=..., name=value) starts a config from a preset)"
+            )
+        named = {
+            "max_metric_calls": max_metric_calls,
+            "max_full_evals": max_full_evals,
+            "num_threads": num_threads,
+            "seed": seed,
+            "candidates": candidates,
+            "val_acceptance": val_acceptance,
+            "max_score": perfect_score,
+            "use_mlflow": use_mlflow,
+            "use_wandb": use_wandb,
+        }
+        given = {name: value for name, value in named.items() if value is not None}
+        if auto is not CONFIG_DEFAULT:
+            given["auto"] = auto
+        base = config if config is not None else AgentGradConfig.from_options(preset)
+        self.config = base.with_options(**given)
+        self.config.budget.check_bounded()
         super().__init__()
         self.metric = metric
         self._metric = Metric(metric)
-        if hint_fn is not None and not callable(hint_fn):
-            raise TypeError(
-                "hint_fn must be callable as hint_fn(example, pred_name, prediction, feedback) -> str | None"
-            )
+        check_hint_fn(hint_fn)
         self.hint_fn = hint_fn
         check_lm(prompt_model, "prompt_model")
         check_lm(task_model, "task_model")
-        if instruction_proposer is not None and not _takes_one_argument(instruction_proposer):
-            raise TypeError(
-                "instruction_proposer must be callable as instruction_proposer(request) -> str | None, with a "
-                "dspy_agentgrad.RewriteRequest (dspy.GEPA's instruction_proposer, a function of the candidate, "
-                "the reflective dataset and the components to update, is another protocol)"
-            )
+        check_instruction_proposer(instruction_proposer)
         self.instruction_proposer = instruction_proposer
-        self.embedder = embedder_function(embedder, self.config.clustering)
+        self.embedder = embedder_function(self.config.abstraction.embedder, self.config.abstraction.clustering)
         self.prompt_model = prompt_model
         self.task_model = task_model
         self.log_dir = Path(log_dir) if log_dir is not None else None
@@ -129,11 +147,9 @@ class AgentGrad(Teleprompter):
         self.event_callbacks = list(callbacks or [])
         Dispatcher(self.event_callbacks)  # checks them now, not mid-run
         self.stop_callbacks = check_stop_callbacks(stop_callbacks)
-        self.progress = progress
-        self.verbose = verbose
-        self.wandb = WandbSettings(use_wandb, wandb_api_key, dict(wandb_init_kwargs or {}))
-        self.config.validate()
-        if self.config.use_mlflow:
+        output = self.config.output
+        self.wandb = WandbSettings(output.use_wandb, output.wandb_api_key, dict(output.wandb_init_kwargs or {}))
+        if output.use_mlflow:
             import_mlflow()  # fail now, with the install hint, not after paid work
         if self.wandb.enabled:
             import_wandb()
@@ -141,7 +157,7 @@ class AgentGrad(Teleprompter):
     def get_params(self) -> dict[str, Any]:
         """Every option of this optimizer (DSPy's teleprompter protocol), the config's included."""
         params = {k: v for k, v in self.__dict__.items() if not k.startswith("_") and k != "config"}
-        params.update(vars(self.config))
+        params.update(self.config.options())
         return params
 
     # ---- building blocks ------------------------------------------------------------------------
@@ -194,42 +210,16 @@ class AgentGrad(Teleprompter):
         """Checked inputs: predictor names, train and validation sets, metric-call cap and round cap.
         ``durable``: the run is kept in ``log_dir``, so the examples' keys must hold in a later process."""
         names = predictor_names(student)
-        check_optimize_predictors(self.config.optimize_predictors, names)
+        check_optimize_predictors(self.config.proposals.optimize_predictors, names)
         trainset = check_examples(trainset, "trainset", durable)
         if valset is None:
-            if len(trainset) < 2:
-                raise ValueError(
-                    "trainset needs at least 2 examples when no valset is given (a third is held out for validation)"
-                )
-            shuffled = list(trainset)
-            random.Random(self.config.seed).shuffle(shuffled)
-            cut = max(1, len(shuffled) // 3)
-            valset, trainset = shuffled[:cut], shuffled[cut:]
-            logger.info(
-                "no valset given: holding out %d of the %d training examples for validation (a third, shuffled "
-                "with seed=%d); AgentGrad learns from the other %d. Pass valset= to choose them.",
-                len(valset),
-                len(shuffled),
-                self.config.seed,
-                len(trainset),
-            )
+            trainset, valset = hold_out_valset(trainset, self.config.execution.seed)
         valset = check_examples(valset, "valset", durable)
-        max_calls, max_rounds = self.config.max_metric_calls, self.config.max_rounds
-        if self.config.auto is not None:
-            max_calls = auto_budget(self.config.auto, len(names), len(valset))
-        if self.config.max_full_evals is not None:  # as dspy.GEPA counts a full evaluation: train + validation
-            max_calls = self.config.max_full_evals * (len(trainset) + len(valset))
-        _check_something_can_happen(self.config.val_acceptance, len(valset), max_calls)
-        return names, trainset, valset, max_calls, max_rounds
+        max_calls = self.config.budget.metric_calls(len(names), len(trainset), len(valset))
+        check_something_can_happen(self.config.judging.val_acceptance, len(valset), max_calls)
+        return names, trainset, valset, max_calls, self.config.budget.max_rounds
 
     # ---- public API ---------------------------------------------------------------------------
-    def _budget(self, max_calls: int | None) -> Budget:
-        """The run's caps: metric calls, prompt-LM tokens and cost, task-LM calls and tokens."""
-        config = self.config
-        return Budget(
-            max_calls, config.max_prompt_tokens, config.max_prompt_cost, config.max_task_calls, config.max_task_tokens
-        )
-
     def estimate(
         self,
         program: dspy.Module,
@@ -250,12 +240,12 @@ class AgentGrad(Teleprompter):
         """
         check_int("sample_size", sample_size, 1)
         names, trainset, valset, max_calls, max_rounds = self._plan(program, trainset, valset)
-        draw = random.Random(self.config.seed)
+        draw = random.Random(self.config.execution.seed)
         sample = draw.sample(trainset, min(sample_size, len(trainset)))
         chosen = {id(example) for example in sample}
         rest = [example for example in trainset if id(example) not in chosen]
         held_out = draw.sample(rest, min(sample_size, len(rest)))
-        parts = self._parts(program, self._budget(None), None)  # the metric-call budget is what it projects
+        parts = self._parts(program, self.config.budget.caps(None), None)  # the metric-call budget is what it projects
         try:
             stats = measure_sample(self.config, self._engine(parts, sample, sample), sample, held_out)
         except BudgetExhausted as stop:  # every cap on LM tokens, calls and cost binds its own spending too
@@ -269,7 +259,7 @@ class AgentGrad(Teleprompter):
         """Steps 1-2 only: run ``examples``, then find the predictor at fault for each failure."""
         predictor_names(program)
         examples = check_examples(examples, "examples")
-        parts = self._parts(program, Budget(self.config.max_metric_calls), None)
+        parts = self._parts(program, Budget(self.config.budget.max_metric_calls), None)
         return self._engine(parts, examples, examples).attribute(examples).report
 
     def compile(
@@ -291,25 +281,6 @@ class AgentGrad(Teleprompter):
         ):
             return self._optimize(student, names, trainset, valset, max_calls, max_rounds)
 
-    def _fingerprint(self, student: dspy.Module, trainset: list, valset: list) -> dict:
-        """What a resumed run must share with the run in ``log_dir`` (see :mod:`identity`)."""
-        task, prompt = self._lms()
-        return {
-            "format": FORMAT_VERSION,
-            "program": {
-                n: {"signature": signature_text(p), "instructions": p.signature.instructions}
-                for n, p in student.named_predictors()
-            },
-            "trainset": digest([example_key(e) for e in trainset]),
-            "valset": digest([example_key(e) for e in valset]),
-            "options": self.config.fingerprint(),
-            "metric": metric_identity(self.metric),
-            "task_lm": lm_identity(task),
-            "prompt_lm": lm_identity(prompt),
-            "adapter": adapter_identity(dspy.settings.adapter),
-            "prompts": prompts_digest(),
-        }
-
     def _optimize(
         self,
         student: dspy.Module,
@@ -322,11 +293,17 @@ class AgentGrad(Teleprompter):
         initial = {n: p.signature.instructions for n, p in student.named_predictors()}
         resumed, run_id = False, None
         if self.log_dir is not None:
-            fingerprint = self._fingerprint(student, trainset, valset)
-            identity = check_fingerprint(self.log_dir, fingerprint, self.config.resume_despite, _option_defaults())
+            fingerprint = run_fingerprint(self.config, self.metric, self._lms(), student, trainset, valset)
+            identity = check_fingerprint(
+                self.log_dir, fingerprint, self.config.output.resume_despite, option_defaults()
+            )
             resumed, run_id = identity.resumed, identity.run_id
-        budget = self._budget(max_calls)
-        options = {**self.config.fingerprint(), "max_rounds": max_rounds, "num_threads": self.config.num_threads}
+        budget = self.config.budget.caps(max_calls)
+        options = {
+            **self.config.fingerprint(),
+            "max_rounds": max_rounds,
+            "num_threads": self.config.execution.num_threads,
+        }
         parts = self._parts(student, budget, self.log_dir, run_id)
         state = RunState(dict(parts.instructions))
         memo = parts.memo
@@ -342,7 +319,7 @@ class AgentGrad(Teleprompter):
                 prompt_role_failures=parts.proposer.failures,
                 phase_calls=parts.evaluator.phase_calls,
                 phase_wall_s=parts.evaluator.phase_wall,
-                seed=self.config.seed,
+                seed=self.config.execution.seed,
                 initial_instructions=initial,
                 wall_time_s=sum(seg["wall_time_s"] for seg in segments),
                 segments=segments,
@@ -363,17 +340,17 @@ class AgentGrad(Teleprompter):
                 priced="litellm" in sys.modules,
             ),
             lambda: parts.evaluator.ledger.by_phase["validate"],
-            (self.config.failure_score, self.config.max_score),
+            (self.config.scores.failure_score, self.config.scores.max_score),
             lambda: parts.evaluator.reused,
         )
-        progress = ProgressBar(budget, self.progress, start_estimate.total)
+        progress = ProgressBar(budget, self.config.output.progress, start_estimate.total)
         observers: list[Any] = [
             start_estimate,
             progress,
-            RunLog(self.verbose, start_estimate.total),
+            RunLog(self.config.output.verbose, start_estimate.total),
             Stoppers(self.stop_callbacks),
         ]
-        if self.config.use_mlflow or autolog_logs_compiles():
+        if self.config.output.use_mlflow or autolog_logs_compiles():
             task, prompt = self._lms()
             optimized = lambda r: apply_state(student, r.final_state())  # noqa: E731
             lms = {"task": task, "prompt": prompt}
@@ -407,7 +384,7 @@ class AgentGrad(Teleprompter):
         if unchanged:
             logger.warning("AgentGrad returns the program unchanged: %s", unchanged)
         program = apply_state(student, outcome.final_state())
-        if self.config.track_stats:
+        if self.config.output.track_stats:
             program.detailed_results = outcome
         if self.log_dir is not None:
             atomic_write_json(self.log_dir / "result.json", outcome.to_dict())
@@ -417,43 +394,5 @@ class AgentGrad(Teleprompter):
         return program
 
 
-def _check_something_can_happen(val_acceptance: str, n_val: int, max_calls: int | None) -> None:
-    """Refuse (or, for a budget too small to start, warn), before anything is paid, a run whose settings leave it
-    nothing it could ever do."""
-    if val_acceptance == "robust" and n_val < 2:
-        raise ValueError(
-            "val_acceptance='robust' keeps a candidate only when its validation gain survives dropping the example "
-            "it gains most on: with 1 validation example no candidate can ever be kept, and every metric call would "
-            "be wasted. Pass at least 2 validation examples, or val_acceptance='strict'"
-        )
-    if max_calls is not None and max_calls < n_val:
-        logger.warning(
-            "max_metric_calls=%d is less than one validation pass (%d validation examples, one metric call each): "
-            "the starting program cannot even be scored, so nothing will happen. Raise max_metric_calls to at least "
-            "%d, or pass fewer validation examples",
-            max_calls,
-            n_val,
-            n_val,
-        )
-
-
-def _option_defaults() -> dict:
-    """Each option's neutral value, as the fingerprint writes it: an option a ``log_dir`` written before it existed
-    does not record is no difference at this value."""
-    fields = dataclasses.fields(AgentGradConfig)
-    return to_jsonable({f.name: f.default for f in fields if f.default is not dataclasses.MISSING})
-
-
-def _options_signature() -> inspect.Signature:
-    """``AgentGrad.__init__``'s own parameters followed by every :class:`AgentGradConfig` field with its
-    default, so ``help(AgentGrad)`` and editors that read signatures show each option where it is defined."""
-    own = [p for p in inspect.signature(AgentGrad.__init__).parameters.values() if p.kind is not p.VAR_KEYWORD]
-    config = [
-        inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default, annotation=f.type)
-        for f in dataclasses.fields(AgentGradConfig)
-    ]
-    return inspect.Signature(own + config)
-
-
-AgentGrad.__init__.__signature__ = _options_signature()
+AgentGrad.__doc__ = f"{AgentGrad.__doc__.rstrip()}\n\n{options_help()}\n"
 follow_dspy_autolog()  # an mlflow.dspy.autolog() called before this import would otherwise miss AgentGrad

@@ -15,7 +15,7 @@ import dspy
 from .checks import checked_hint_fn
 from .config import AgentGradConfig, worst_case_calls
 from .core.attribution import HintFn
-from .identity import check_lm
+from .identity import check_lm, signature_text
 from .program.evaluation import Evaluator
 from .program.executor import executor_of
 from .program.hints import default_hint
@@ -50,11 +50,6 @@ def run_redactor(lms: tuple[Any, Any], student: dspy.Module) -> Redactor:
     return Redactor.for_lms([*lms, dspy.settings.lm, *predictor_lms])
 
 
-def signature_text(predictor: dspy.Predict) -> str:
-    sig = predictor.signature
-    return f"inputs: {', '.join(sig.input_fields)}; outputs: {', '.join(sig.output_fields)}"
-
-
 @dataclass
 class RunParts:
     """The pieces a run is wired from (see :func:`run_parts`): built before the engine, so the
@@ -84,31 +79,31 @@ def run_parts(
 ) -> RunParts:
     """Wire the parts a run needs: program runner and evaluator, proposer, journal, usage, hints."""
     task, prompt = lms
-    retry = RetryPolicy(config.retry_attempts, config.retry_backoff_s)
+    retry = RetryPolicy(config.execution.retry_attempts)
     memo, ledger = Memo(log_dir, run_id), UsageLedger()
     runner = ProgramRunner(
         student,
         metric,
         task,
         retry,
-        config.hint_delivery,
-        config.max_score,
-        config.failure_score,
+        config.attribution.hint_delivery,
+        config.scores.max_score,
+        config.scores.failure_score,
         run_redactor(lms, student),
         budget,
-        config.run_timeout_s,
-        config.metric_timeout_s,
+        config.execution.run_timeout_s,
+        config.execution.metric_timeout_s,
         AnswerJournal(memo) if log_dir is not None else None,
     )
     evaluator = Evaluator(
-        executor_of(config.executor).runs(runner),
+        executor_of(config.execution.executor).runs(runner),
         memo,
         budget,
         ledger,
-        config.num_threads,
-        config.reuse_calls,
+        config.execution.num_threads,
+        config.execution.reuse_calls,
     )
-    price = price_function(prompt) if config.max_prompt_cost is not None else None
+    price = price_function(prompt) if config.budget.max_prompt_cost is not None else None
     proposer = Proposer(
         prompt,
         memo,
@@ -116,7 +111,6 @@ def run_parts(
         ledger,
         retry,
         price,
-        config.max_field_chars,
         instruction_proposer,
         embedder,
     )
@@ -126,7 +120,7 @@ def run_parts(
         if user_hint_fn
         else functools.partial(
             default_hint,
-            label_fields=config.label_fields,
+            label_fields=config.attribution.label_fields,
             output_fields={n: list(p.signature.output_fields) for n, p in predictors.items()},
         )
     )
@@ -164,7 +158,7 @@ def estimator(
                 prices[role] = price_function(lm) if priced else None
         except ValueError:
             prices[role] = None
-    trainable = set(names) - config.frozen(names)
+    trainable = set(names) - config.proposals.frozen(names)
     worst = max_calls
     if max_rounds is not None:
         worst = worst_case_calls(
@@ -172,8 +166,8 @@ def estimator(
             len(names),
             n_train,
             n_val,
-            config.train_batch_size,
-            len(config.cluster_schedule),
+            config.attribution.train_batch_size,
+            len(config.abstraction.cluster_schedule),
         )
         worst = worst if max_calls is None else min(worst, max_calls)
 

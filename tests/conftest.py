@@ -10,6 +10,8 @@ import dspy
 import pytest
 from hypothesis import HealthCheck, Phase, settings
 
+from dspy_agentgrad.runtime import retries
+
 # Property tests over drawn worlds: "ci" (the default) draws the same 300 worlds per property on every run;
 # HYPOTHESIS_PROFILE=dev draws 30 for a quick look (no shrinking), and =thorough 3,000 fresh ones.
 _COMMON = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -22,6 +24,12 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 # that a native crash (a segfault in a CPU kernel) is one failed test naming the signal and the CPU flags, and the
 # rest of the run still reports.
 CHILD_REPORT = "AGENTGRAD_REAL_LM_REPORT"
+
+
+@pytest.fixture(autouse=True)
+def _no_retry_backoff(monkeypatch):
+    """Retries of transient errors go at once: a test waits for no backoff."""
+    monkeypatch.setattr(retries, "RETRY_BACKOFF_S", 0.0, raising=False)
 
 
 @pytest.fixture(autouse=True)

@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from world import Pipeline, World, feedback_metric, make_data, world_lm  # noqa: E402
 
 from dspy_agentgrad import AgentGrad  # noqa: E402
+from dspy_agentgrad.config import AgentGradConfig
 
 TRAIN = {"extract": 6, "notes": 6, "answer": 4, "extract+notes": 5, "notes+answer": 4, "extract+answer": 3, "none": 12}
 VAL = {"extract": 3, "notes": 3, "answer": 2, "extract+notes": 3, "notes+answer": 2, "extract+answer": 2, "none": 5}
@@ -46,14 +47,15 @@ def simulate(cumulative: bool, follow: float, seed: int, delivery: str = "input_
     optimizer = AgentGrad(
         feedback_metric,
         auto=None,
-        max_rounds=rounds,
         seed=seed,
-        cumulative_hints=cumulative,
-        hint_delivery=delivery,
-        train_batch_size=16,
-        cluster_schedule=(2, 1),
-        retry_backoff_s=0,
-        progress=False,
+        config=AgentGradConfig.from_options(
+            max_rounds=rounds,
+            cumulative_hints=cumulative,
+            hint_delivery=delivery,
+            train_batch_size=16,
+            cluster_schedule=(2, 1),
+            progress=False,
+        ),
     )
     compiled = optimizer.compile(Pipeline(), trainset=make_data(TRAIN), valset=make_data(VAL, start=500))
     return compiled.detailed_results

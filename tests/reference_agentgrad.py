@@ -87,7 +87,7 @@ def reference_run(optimizer: AgentGrad, student: dspy.Module, trainset, valset, 
     config = optimizer.config
     parts = optimizer._parts(student, Budget(), None)
     runner, roles, hint_fn = parts.evaluator.runner, parts.proposer, parts.hint_fn
-    top = config.max_score
+    top = config.scores.max_score
     program = dict(parts.instructions)
     ref = Reference(initial_program=dict(program))
 
@@ -97,7 +97,7 @@ def reference_run(optimizer: AgentGrad, student: dspy.Module, trainset, valset, 
     best = val_scores(program)
     waiting: list[_Gradient] = []
     for r in range(max_rounds):
-        minimum = config.cluster_schedule[r % len(config.cluster_schedule)]
+        minimum = config.abstraction.cluster_schedule[r % len(config.abstraction.cluster_schedule)]
         start_program = dict(program)
         runs = [runner.run(ex, program) for ex in trainset]
         order = list(dict.fromkeys(step.name for outcome in runs for step in outcome.steps))
@@ -139,7 +139,7 @@ def reference_run(optimizer: AgentGrad, student: dspy.Module, trainset, valset, 
             g
             for g in waiting
             if (g.predictor, str(g.example.toDict())) not in fresh_keys
-            and r - g.round < len(config.cluster_schedule)
+            and r - g.round < len(config.abstraction.cluster_schedule)
             and g.instruction == program[g.predictor]
         ]
         clusters, waiting = [], []
@@ -163,12 +163,12 @@ def reference_run(optimizer: AgentGrad, student: dspy.Module, trainset, valset, 
                 current,
                 text,
                 [g.text for g in members],
-                max_chars=config.max_instruction_chars,
+                max_chars=config.proposals.max_instruction_chars,
             )
             proposal = roles.rewrite(request)
             changed = proposal is not None and proposal.strip() != current.strip()
             accepted = False
-            if changed and len(proposal) <= config.max_instruction_chars:
+            if changed and len(proposal) <= config.proposals.max_instruction_chars:
                 candidate = {**program, name: proposal}
                 examples = [g.example for g in members]
                 if total(runner.run(ex, candidate) for ex in examples) > total(

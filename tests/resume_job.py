@@ -29,6 +29,7 @@ import dspy  # noqa: E402
 from world import Pipeline, World, feedback_metric, make_data, world_lm  # noqa: E402
 
 from dspy_agentgrad import AgentGrad  # noqa: E402
+from dspy_agentgrad.config import AgentGradConfig
 
 KILL_WHAT, _, KILL_N = os.environ.get("KILL_AT", ":0").partition(":")
 seen: Counter[str] = Counter()
@@ -85,15 +86,16 @@ def main(log_dir: str, out: str) -> None:
     optimizer = AgentGrad(
         metric,
         auto=None,
-        max_rounds=3,
-        cluster_schedule=(2, 1),
-        train_batch_size=6,
         seed=1,
         log_dir=log_dir,
         num_threads=int(os.environ.get("THREADS", "1")),
-        speculate=os.environ.get("SPECULATE", "1") == "1",
-        progress=False,
-        retry_backoff_s=0,
+        config=AgentGradConfig.from_options(
+            max_rounds=3,
+            cluster_schedule=(2, 1),
+            train_batch_size=6,
+            speculate=os.environ.get("SPECULATE", "1") == "1",
+            progress=False,
+        ),
     )
     result = optimizer.compile(Pipeline(), trainset=train, valset=val).detailed_results
     Path(out).write_text(json.dumps(result.to_dict()))

@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from world import Pipeline, World, feedback_metric, make_data, retrieve, world_lm  # noqa: E402
 
 from dspy_agentgrad import AgentGrad  # noqa: E402
+from dspy_agentgrad.config import AgentGradConfig
 from dspy_agentgrad.program.interception import HINT_FIELD  # noqa: E402
 from dspy_agentgrad.testing import FakeCall, fake_lm  # noqa: E402
 
@@ -85,7 +86,9 @@ def attribute(reword: bool, seed: int, follow: float = 0.7):
     """One attribution of a batch in the world: (predictor, example) per pseudo-label, and the metric calls."""
     dspy.configure(lm=world_lm(RewordingWorld(reword, hint_follow_rate=follow)))
     metric, calls = counting(feedback_metric)
-    optimizer = AgentGrad(metric, auto=None, max_rounds=1, seed=seed, retry_backoff_s=0, progress=False)
+    optimizer = AgentGrad(
+        metric, auto=None, seed=seed, config=AgentGradConfig.from_options(max_rounds=1, progress=False)
+    )
     report = optimizer.attribute(WordingPipeline(), make_data(TRAIN, start=seed * 100))
     labels = [(name, r.example) for name, records in report.attributed.items() for r in records]
     return labels, len(calls)
@@ -103,7 +106,13 @@ def synthetic(steps: int, mode: str, seeds: int = 4) -> tuple[int, int, int]:
         bench = load_benchmark(train=40, val=4, test=0, seed=seed, n_steps=steps)
         dspy.configure(lm=fake_lm(SyntheticWorld(task_s=0, prompt_s=0, reword=mode)))
         metric, scored = counting(bench.metric)
-        optimizer = AgentGrad(metric, hint_fn=bench.hint, auto=None, max_rounds=1, seed=seed, progress=False)
+        optimizer = AgentGrad(
+            metric,
+            hint_fn=bench.hint,
+            auto=None,
+            seed=seed,
+            config=AgentGradConfig.from_options(max_rounds=1, progress=False),
+        )
         report = optimizer.attribute(bench.make_program(), bench.trainset)
         for records in report.attributed.values():
             for record in records:

@@ -9,6 +9,7 @@ import pytest
 from world import (
     Pipeline,
     World,
+    agentgrad,
     counted,
     dumps,
     feedback_metric,
@@ -20,15 +21,16 @@ from world import (
 )
 
 from dspy_agentgrad import AgentGrad, AgentGradResult, MetricError, auto_budget, default_hint
+from dspy_agentgrad.config import AgentGradConfig
 from dspy_agentgrad.core.state import example_label
 from dspy_agentgrad.testing import fake_lm
 
-FAST = dict(retry_backoff_s=0, progress=False)
+FAST = dict(progress=False)
 
 
 def optimizer(metric_fn=feedback_metric, **kwargs) -> AgentGrad:
     options = {"auto": None, "max_rounds": 3, **FAST, **kwargs}
-    return AgentGrad(metric_fn, **options)
+    return agentgrad(metric_fn, **options)
 
 
 @pytest.fixture
@@ -113,7 +115,7 @@ def test_fix_threshold_lets_a_partial_fix_count_for_graded_metrics(world):
     relaxed = optimizer(partial_metric, fix_threshold=0.5, cumulative_hints=False).attribute(Pipeline(), examples)
     assert relaxed.counts() == {"extract": 2, "notes": 0, "answer": 0} and relaxed.hard_cases == []
     with pytest.raises(ValueError, match="fix_threshold"):
-        AgentGrad(metric, fix_threshold=2.0)
+        AgentGrad(metric, config=AgentGradConfig.from_options(fix_threshold=2.0))
 
 
 def test_default_hint_cannot_pin_every_failure_on_the_last_predictor():
@@ -203,7 +205,11 @@ def test_auto_preset_budget_is_documented_and_respected(world):
     train = make_data({"extract": 3, "none": 3})
     val = make_data({"extract": 1, "none": 1}, start=50)
     metric_fn, calls = counted(feedback_metric)
-    result = AgentGrad(metric_fn, auto="light", **FAST).compile(Pipeline(), trainset=train, valset=val).detailed_results
+    result = (
+        AgentGrad(metric_fn, auto="light", config=AgentGradConfig.from_options(**FAST))
+        .compile(Pipeline(), trainset=train, valset=val)
+        .detailed_results
+    )
     assert result.max_metric_calls == auto_budget("light", 3, 2) == 2 + 6 * 5 + 31 * 35 + 7 * 2
     assert len(calls) == result.metric_calls <= result.max_metric_calls
 
@@ -390,9 +396,11 @@ def test_bad_inputs_get_clear_errors(world):
     with pytest.raises(ValueError, match="pass auto=None"):
         AgentGrad(metric, auto="light", max_metric_calls=100)
     # a budget in calls alone replaces the default preset, as dspy.GEPA(max_metric_calls=N) reads
-    assert AgentGrad(metric, max_metric_calls=100).config.auto is None
-    assert AgentGrad(metric, max_full_evals=2).config.auto is None
-    assert AgentGrad(metric, max_rounds=2).config.auto == "light"  # a round cap still runs under the preset
+    assert AgentGrad(metric, max_metric_calls=100).config.budget.auto is None
+    assert AgentGrad(metric, max_full_evals=2).config.budget.auto is None
+    assert (
+        AgentGrad(metric, config=AgentGradConfig.from_options(max_rounds=2)).config.budget.auto == "light"
+    )  # a round cap still runs under the preset
     with pytest.raises(ValueError, match="no budget"):
         AgentGrad(metric, auto=None)
     with pytest.raises(ValueError, match="num_threads"):

@@ -8,14 +8,15 @@ import asyncio
 
 import dspy
 import pytest
-from world import Pipeline, World, make_data, world_lm
+from world import Pipeline, World, agentgrad, make_data, world_lm
 
 from dspy_agentgrad import AgentGrad, default_hint
+from dspy_agentgrad.config import AgentGradConfig
 from dspy_agentgrad.testing import RuleEngine
 
 TRAIN = make_data({"extract": 2, "notes": 2, "answer": 1})
 VAL = make_data({"extract": 1, "notes": 1, "none": 1}, start=50)
-FAST = dict(auto=None, max_rounds=2, progress=False, retry_backoff_s=0)
+FAST = dict(auto=None, max_rounds=2, progress=False)
 
 
 class AsyncEngine(RuleEngine):
@@ -59,7 +60,7 @@ def summary(result) -> dict:
 
 def run(metric, program=None, **options):
     dspy.configure(lm=world_lm(World()))
-    compiled = AgentGrad(metric, **{**FAST, **options}).compile(program or Pipeline(), trainset=TRAIN, valset=VAL)
+    compiled = agentgrad(metric, **{**FAST, **options}).compile(program or Pipeline(), trainset=TRAIN, valset=VAL)
     return compiled.detailed_results
 
 
@@ -115,7 +116,7 @@ def test_an_async_program_with_an_async_metric_compiled_inside_a_running_event_l
 
     async def main():
         dspy.configure(lm=lm)
-        optimizer = AgentGrad(async_judge, **FAST, num_threads=2)
+        optimizer = AgentGrad(async_judge, num_threads=2, config=AgentGradConfig.from_options(**FAST))
         return optimizer.compile(AsyncPipeline(), trainset=TRAIN, valset=VAL).detailed_results
 
     inside_loop = asyncio.run(main())

@@ -10,13 +10,14 @@ from concurrent.futures import ThreadPoolExecutor
 
 import dspy
 import pytest
-from world import Pipeline, RoleWorld, World, feedback_metric, make_data
+from world import Pipeline, RoleWorld, World, agentgrad, feedback_metric, make_data
 
 from dspy_agentgrad import AgentGrad
+from dspy_agentgrad.config import AgentGradConfig
 from dspy_agentgrad.program.interception import CallOutsideRun
 from dspy_agentgrad.testing import FakeCall, RuleEngine, fake_lm
 
-FAST = dict(auto=None, retry_backoff_s=0, progress=False)
+FAST = dict(auto=None, progress=False)
 
 
 # ---- a call that raised is a step: its predictor can be hinted and blamed ------------------------------
@@ -40,7 +41,9 @@ def test_a_predictor_whose_call_failed_to_parse_is_blamed_not_left_as_a_hard_cas
     world = UnparsableAnswerWorld()
     dspy.configure(lm=fake_lm(world))
     train = make_data({"answer": 3, "extract": 1, "none": 1})
-    report = AgentGrad(feedback_metric, max_rounds=1, **FAST).attribute(Pipeline(), train)
+    report = AgentGrad(feedback_metric, config=AgentGradConfig.from_options(max_rounds=1, **FAST)).attribute(
+        Pipeline(), train
+    )
     assert world.calls["garbage"] > 0, "the answerer's replies did fail to parse"
     assert report.hard_cases == []
     assert report.counts() == {"extract": 1, "notes": 0, "answer": 3}
@@ -53,7 +56,7 @@ def test_a_program_whose_answerer_fails_to_parse_gets_its_instruction_rewritten(
     train = make_data({"answer": 3, "none": 1})
     val = make_data({"answer": 2, "none": 1}, start=50)
     result = (
-        AgentGrad(feedback_metric, max_rounds=2, cluster_schedule=(1,), **FAST)
+        AgentGrad(feedback_metric, config=AgentGradConfig.from_options(max_rounds=2, cluster_schedule=(1,), **FAST))
         .compile(Pipeline(), trainset=train, valset=val)
         .detailed_results
     )
@@ -133,7 +136,9 @@ def test_the_pseudo_label_of_a_predictor_called_several_times_is_the_call_the_hi
     """Every small world: 2-4 calls, any of them at fault, answers reworded or not, calls chained or not."""
     dspy.configure(lm=fake_lm(StageWorld(faulty, reword)))
     train = stage_data(calls)
-    optimizer = AgentGrad(stage_metric, max_rounds=1, num_threads=threads, reuse_calls=reuse, **FAST)
+    optimizer = AgentGrad(
+        stage_metric, num_threads=threads, config=AgentGradConfig.from_options(max_rounds=1, reuse_calls=reuse, **FAST)
+    )
     report = optimizer.attribute(Stages(calls, chain), train)
     records = report.attributed["step"]
     assert len(records) == len(train) and report.hard_cases == []
@@ -158,7 +163,9 @@ def test_finding_the_call_costs_no_metric_call_under_an_lm_that_does_not_reword(
                 return stage_metric(gold, pred)
 
             dspy.configure(lm=fake_lm(StageWorld(1, reword)))
-            optimizer = AgentGrad(metric, max_rounds=1, num_threads=threads, **FAST)
+            optimizer = AgentGrad(
+                metric, num_threads=threads, config=AgentGradConfig.from_options(max_rounds=1, **FAST)
+            )
             report = optimizer.attribute(Stages(calls, chain=True), train)
             assert [r.inputs["part"] for r in report.attributed["step"]] == ["ka stage1", "kb stage1"]
             counts.setdefault(reword, set()).add(len(metric_calls))
@@ -204,7 +211,9 @@ def test_a_cumulative_fix_labels_the_call_of_a_predictor_called_several_times_th
     explains it with both, and the stage predictor's label is the call at fault, not the first one reworded."""
     dspy.configure(lm=fake_lm(TopicWorld(faulty, reword=True)))
     train = stage_data(3)
-    report = AgentGrad(stage_metric, max_rounds=1, **FAST).attribute(TopicStages(chain), train)
+    report = AgentGrad(stage_metric, config=AgentGradConfig.from_options(max_rounds=1, **FAST)).attribute(
+        TopicStages(chain), train
+    )
     assert report.explained_cumulative == len(train) and report.hard_cases == []
     assert [r.inputs["part"] for r in report.attributed["step"]] == [f"{ex.x} stage{faulty}" for ex in train]
     assert [r.corrected["topic"].split(" ~")[0] for r in report.attributed["first"]] == [ex.x for ex in train]
@@ -259,7 +268,7 @@ def pooled_run(keep_context: bool, max_task_calls: int) -> tuple[RuleEngine, Age
     dspy.configure(lm=fake_lm(TagWorld()))
     task = dspy.LM("fake/tagger", engine=engine, cache=False)
     options = dict(max_rounds=2, max_task_calls=max_task_calls, cluster_schedule=(1,), task_model=task, **FAST)
-    return engine, AgentGrad(exact_answer, **options)
+    return engine, agentgrad(exact_answer, **options)
 
 
 TAG_TRAIN, TAG_VAL = tag_data(["a qb c", "qd e", "f g"]), tag_data(["qi j", "k l"])

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import dspy
 import pytest
-from world import Pipeline, World, feedback_metric, make_data, world_lm
+from world import Pipeline, World, agentgrad, feedback_metric, make_data, world_lm
 
 from dspy_agentgrad import AgentGrad, AgentGradCallback
+from dspy_agentgrad.config import AgentGradConfig
 from dspy_agentgrad.runtime.budget import Budget, BudgetExhausted, TaskCapReached, TaskTicket
 
-FAST = dict(retry_backoff_s=0, progress=False, auto=None)
+FAST = dict(progress=False, auto=None)
 
 
 def task_spend(lm: dspy.LM) -> tuple[int, int]:
@@ -26,7 +27,11 @@ def capped_run(threads: int, **caps):
     train = make_data({"extract": 3, "notes": 3, "answer": 2, "none": 2})
     val = make_data({"none": 4, "extract": 2, "notes": 2}, start=50)
     optimizer = AgentGrad(
-        feedback_metric, task_model=task_lm, prompt_model=prompt_lm, max_rounds=6, num_threads=threads, **FAST, **caps
+        feedback_metric,
+        task_model=task_lm,
+        prompt_model=prompt_lm,
+        num_threads=threads,
+        config=AgentGradConfig.from_options(max_rounds=6, **FAST, **caps),
     )
     compiled = optimizer.compile(Pipeline(), trainset=train, valset=val)
     return compiled.detailed_results, task_spend(task_lm)
@@ -65,7 +70,7 @@ def test_a_task_call_waits_for_calls_in_flight_and_is_refused_only_when_nothing_
 
 def test_task_caps_must_be_positive_integers():
     with pytest.raises(ValueError, match="max_task_tokens"):
-        AgentGrad(feedback_metric, max_task_tokens=0, **FAST, max_rounds=1)
+        AgentGrad(feedback_metric, config=AgentGradConfig.from_options(max_task_tokens=0, **FAST, max_rounds=1))
 
 
 def judged(validate_together: bool, overfit: tuple[str, ...] = (), val_kinds: dict[str, int] | None = None, **options):
@@ -75,12 +80,14 @@ def judged(validate_together: bool, overfit: tuple[str, ...] = (), val_kinds: di
     val = make_data(val_kinds or {"none": 6, "extract": 2, "notes": 2, "answer": 2}, start=50)
     optimizer = AgentGrad(
         feedback_metric,
-        cluster_schedule=(1,),
-        speculate=False,
-        reuse_calls=False,
-        validate_together=validate_together,
-        **{"max_rounds": 1, **options},
-        **FAST,
+        config=AgentGradConfig.from_options(
+            cluster_schedule=(1,),
+            speculate=False,
+            reuse_calls=False,
+            validate_together=validate_together,
+            **{"max_rounds": 1, **options},
+            **FAST,
+        ),
     )
     return optimizer.compile(Pipeline(), trainset=train, valset=val).detailed_results
 
@@ -140,15 +147,15 @@ def two_rounds(stack_rounds: int, overfit: tuple[str, ...] = (), threads: int = 
     dspy.configure(lm=world_lm(World(overfit=overfit)))
     train = make_data({"extract": 2, "notes": 2, "answer": 2})
     val = make_data({"none": 6, "extract": 2, "notes": 2, "answer": 2}, start=50)
-    optimizer = AgentGrad(
+    optimizer = agentgrad(
         feedback_metric,
+        num_threads=threads,
         cluster_schedule=(1,),
         train_batch_size=2,
         speculate=False,
         reuse_calls=False,
         stack_rounds=stack_rounds,
-        num_threads=threads,
-        **(options or {"max_rounds": 2}),
+        **options or {"max_rounds": 2},
         **FAST,
     )
     return optimizer.compile(Pipeline(), trainset=train, valset=val).detailed_results
@@ -219,7 +226,7 @@ def test_after_ctrl_c_a_waiting_stack_is_dropped_and_the_last_validated_program_
 
 def test_stack_rounds_must_be_a_positive_integer():
     with pytest.raises(ValueError, match="stack_rounds"):
-        AgentGrad(feedback_metric, stack_rounds=0, max_rounds=1, **FAST)
+        AgentGrad(feedback_metric, config=AgentGradConfig.from_options(stack_rounds=0, max_rounds=1, **FAST))
 
 
 def test_metric_calls_set_aside_are_out_of_reach_until_given_back():
@@ -235,13 +242,21 @@ def test_metric_calls_set_aside_are_out_of_reach_until_given_back():
 
 
 def test_the_paper_preset_sets_the_papers_procedure_and_an_option_passed_wins():
-    paper = AgentGrad(feedback_metric, preset="paper", max_rounds=1, **FAST).config
-    assert (paper.reuse_calls, paper.speculate, paper.validate_together, paper.cumulative_hints) == (False,) * 4
-    assert paper.stack_rounds == 1
-    assert paper.cluster_schedule == (3, 2, 1)
-    mixed = AgentGrad(feedback_metric, preset="paper", cumulative_hints=True, max_rounds=1, **FAST).config
-    assert mixed.cumulative_hints and not mixed.validate_together
-    default = AgentGrad(feedback_metric, max_rounds=1, **FAST).config
-    assert default.reuse_calls and default.validate_together
+    paper = AgentGrad(feedback_metric, config=AgentGradConfig.from_options(preset="paper", max_rounds=1, **FAST)).config
+    assert (
+        paper.execution.reuse_calls,
+        paper.execution.speculate,
+        paper.judging.validate_together,
+        paper.attribution.cumulative_hints,
+    ) == (False,) * 4
+    assert paper.judging.stack_rounds == 1
+    assert paper.abstraction.cluster_schedule == (3, 2, 1)
+    mixed = AgentGrad(
+        feedback_metric,
+        config=AgentGradConfig.from_options(preset="paper", cumulative_hints=True, max_rounds=1, **FAST),
+    ).config
+    assert mixed.attribution.cumulative_hints and not mixed.judging.validate_together
+    default = AgentGrad(feedback_metric, config=AgentGradConfig.from_options(max_rounds=1, **FAST)).config
+    assert default.execution.reuse_calls and default.judging.validate_together
     with pytest.raises(ValueError, match="preset must be one of"):
-        AgentGrad(feedback_metric, preset="fast", max_rounds=1, **FAST)
+        AgentGrad(feedback_metric, config=AgentGradConfig.from_options(preset="fast", max_rounds=1, **FAST))

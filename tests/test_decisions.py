@@ -17,15 +17,19 @@ from reference_agentgrad import replayed
 from world import Pipeline, World, feedback_metric, make_data, world_lm
 
 from dspy_agentgrad import AgentGrad
+from dspy_agentgrad.config import AgentGradConfig
 from dspy_agentgrad.core.events import StopRun
 from dspy_agentgrad.program.evaluation import Evaluator
 
-FAST = dict(retry_backoff_s=0, progress=False, auto=None)
+FAST = dict(progress=False, auto=None)
 
 
 def run(world: World, train, val, **options):
     dspy.configure(lm=world_lm(world))
-    return AgentGrad(feedback_metric, **{**FAST, **options}).compile(Pipeline(), trainset=train, valset=val)
+    callbacks = options.pop("callbacks", None)
+    return AgentGrad(
+        feedback_metric, callbacks=callbacks, config=AgentGradConfig.from_options(**{**FAST, **options})
+    ).compile(Pipeline(), trainset=train, valset=val)
 
 
 def verdicts(result) -> list[tuple]:
@@ -190,7 +194,10 @@ def test_a_stop_callback_at_the_first_verdict_keeps_the_rest_of_the_round():
     val = make_data({"none": 6, "notes": 1, "answer": 1, "extract": 1}, start=50)
     dspy.configure(lm=world_lm(World()))
     options = dict(max_rounds=2, cluster_schedule=(1,), stack_rounds=1, callbacks=[StopAtFirst()])
-    result = AgentGrad(feedback_metric, **{**FAST, **options}).compile(Pipeline(), trainset=train, valset=val)
+    callbacks = options.pop("callbacks")
+    result = AgentGrad(
+        feedback_metric, callbacks=callbacks, config=AgentGradConfig.from_options(**{**FAST, **options})
+    ).compile(Pipeline(), trainset=train, valset=val)
     result = result.detailed_results
     assert result.stop_reason == "enough"
     assert len(result.candidates) == 3 and all(c.accepted for c in result.candidates)

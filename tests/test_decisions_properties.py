@@ -20,10 +20,11 @@ from rewording_sim import RewordingWorld, WordingPipeline
 from world import Pipeline, World, feedback_metric, make_data, world_lm
 
 from dspy_agentgrad import AgentGrad
+from dspy_agentgrad.config import AgentGradConfig
 from dspy_agentgrad.program.metric import Metric
 from dspy_agentgrad.program.runner import ProgramRunner
 
-FAST = dict(retry_backoff_s=0, progress=False, auto=None)
+FAST = dict(progress=False, auto=None)
 KINDS = ("extract", "notes", "answer", "either", "extract+notes", "none")
 PREDICTORS = ("extract", "notes", "answer")
 
@@ -75,7 +76,11 @@ def compile_world(world: dict, **options):
         **FAST,
         **options,
     }
-    return AgentGrad(feedback_metric, **options).compile(program, trainset=train, valset=val).detailed_results
+    return (
+        AgentGrad(feedback_metric, config=AgentGradConfig.from_options(**options))
+        .compile(program, trainset=train, valset=val)
+        .detailed_results
+    )
 
 
 def decisions(result) -> list[tuple]:
@@ -111,7 +116,11 @@ def blame(result) -> list[dict[str, list[str]]]:
 @given(worlds())
 def test_the_paper_preset_makes_the_reference_implementations_decisions(world):
     program, train, val = setup(world)
-    optimizer = AgentGrad(feedback_metric, preset="paper", max_rounds=world["rounds"], seed=world["seed"], **FAST)
+    optimizer = AgentGrad(
+        feedback_metric,
+        seed=world["seed"],
+        config=AgentGradConfig.from_options(preset="paper", max_rounds=world["rounds"], **FAST),
+    )
     reference = reference_run(optimizer, program, train, val, world["rounds"])
     result = compile_world(world, preset="paper")
     got = decisions(result)

@@ -8,6 +8,7 @@ import re
 import pytest
 
 from dspy_agentgrad import AgentGrad
+from dspy_agentgrad.config import AgentGradConfig
 from dspy_agentgrad.demo import task as demo_task
 from dspy_agentgrad.demo.job import DemoSettings, run_demo
 from dspy_agentgrad.demo.story import report
@@ -139,7 +140,11 @@ def test_failures_are_blamed_on_the_step_that_caused_them():
 
     lm = fake_lm(reader)
     optimizer = AgentGrad(
-        demo_task.metric, task_model=lm, prompt_model=lm, max_rounds=1, hint_fn=demo_task.hint, fix_threshold=0.1
+        demo_task.metric,
+        task_model=lm,
+        prompt_model=lm,
+        hint_fn=demo_task.hint,
+        config=AgentGradConfig.from_options(max_rounds=1, fix_threshold=0.1),
     )
     report = optimizer.attribute(demo_task.make_program(), train)
     blamed = {name: {r.example.question + r.example.passage for r in recs} for name, recs in report.attributed.items()}

@@ -6,15 +6,16 @@ import json
 
 import dspy
 import pytest
-from world import Pipeline, World, counted, feedback_metric, make_data, world_lm
+from world import Pipeline, World, agentgrad, counted, feedback_metric, make_data, world_lm
 
 from dspy_agentgrad import AgentGrad
+from dspy_agentgrad.config import AgentGradConfig
 from dspy_agentgrad.program.evaluation import state_key
 from dspy_agentgrad.program.interception import hint_outputs
 from dspy_agentgrad.program.program_state import ProgramState
 from dspy_agentgrad.runtime.jsonable import digest
 
-FAST = dict(auto=None, retry_backoff_s=0, progress=False)
+FAST = dict(auto=None, progress=False)
 
 
 def data():
@@ -26,8 +27,8 @@ def data():
 def compile_in(world: World, candidates: str, **options):
     dspy.configure(lm=world_lm(world))
     train, val = data()
-    optimizer = AgentGrad(
-        feedback_metric, max_rounds=2, candidates=candidates, cluster_schedule=(1,), **FAST, **options
+    optimizer = agentgrad(
+        feedback_metric, candidates=candidates, max_rounds=2, cluster_schedule=(1,), **FAST, **options
     )
     return optimizer.compile(Pipeline(), trainset=train, valset=val)
 
@@ -85,9 +86,11 @@ def test_the_users_own_demos_stay_first_and_the_users_program_is_not_changed():
     own = dspy.Example(question="id999 kind=none", notes="nothing", answer="own-answer")
     student.answer.demos = [own]
     train, val = data()
-    program = AgentGrad(feedback_metric, max_rounds=1, candidates="demos", cluster_schedule=(1,), **FAST).compile(
-        student, trainset=train, valset=val
-    )
+    program = AgentGrad(
+        feedback_metric,
+        candidates="demos",
+        config=AgentGradConfig.from_options(max_rounds=1, cluster_schedule=(1,), **FAST),
+    ).compile(student, trainset=train, valset=val)
     assert student.answer.demos == [own]
     assert program.answer.demos[0] == own and len(program.answer.demos) > 1
 
@@ -98,11 +101,15 @@ def test_a_leaking_pseudo_label_never_becomes_a_demonstration():
     world = World(learns_from="demos", leaky_answer=True, hint_follow_rate=0.0)
     dspy.configure(lm=world_lm(world))
     examples = make_data({"notes": 3})
-    report = AgentGrad(feedback_metric, max_rounds=1, **FAST).attribute(Pipeline(), examples)
-    assert len(report.attributed["answer"]) == 3 and all(r.leaked for r in report.attributed["answer"])
-    program = AgentGrad(feedback_metric, max_rounds=1, candidates="demos", cluster_schedule=(1,), **FAST).compile(
-        Pipeline(), trainset=examples, valset=make_data({"notes": 2}, start=50)
+    report = AgentGrad(feedback_metric, config=AgentGradConfig.from_options(max_rounds=1, **FAST)).attribute(
+        Pipeline(), examples
     )
+    assert len(report.attributed["answer"]) == 3 and all(r.leaked for r in report.attributed["answer"])
+    program = AgentGrad(
+        feedback_metric,
+        candidates="demos",
+        config=AgentGradConfig.from_options(max_rounds=1, cluster_schedule=(1,), **FAST),
+    ).compile(Pipeline(), trainset=examples, valset=make_data({"notes": 2}, start=50))
     assert program.answer.demos == [] and program.detailed_results.candidates == []
 
 
@@ -118,7 +125,10 @@ def test_a_demo_run_resumes_without_paying_again(tmp_path):
         dspy.configure(lm=world_lm(World(learns_from="demos")))
         metric, calls = counted(feedback_metric)
         program = AgentGrad(
-            metric, max_rounds=2, candidates="demos", cluster_schedule=(1,), log_dir=tmp_path, **FAST
+            metric,
+            candidates="demos",
+            log_dir=tmp_path,
+            config=AgentGradConfig.from_options(max_rounds=2, cluster_schedule=(1,), **FAST),
         ).compile(Pipeline(), trainset=train, valset=val)
         results.append((program.detailed_results, len(calls)))
     (first, paid_first), (second, paid_again) = results
@@ -148,7 +158,7 @@ def test_switching_candidates_on_resume_is_refused(tmp_path):
 @pytest.mark.parametrize("bad", [dict(candidates="examples"), dict(max_demos=0)])
 def test_bad_demo_options_are_refused_with_the_choices(bad):
     with pytest.raises(ValueError, match="candidates must be one of|max_demos must be"):
-        AgentGrad(feedback_metric, max_rounds=1, **FAST, **bad)
+        AgentGrad(feedback_metric, config=AgentGradConfig.from_options(max_rounds=1, **FAST, **bad))
 
 
 def expected_output(example, pred_name, prediction, feedback):

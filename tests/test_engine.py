@@ -6,7 +6,7 @@ from __future__ import annotations
 import dspy
 from world import Pipeline, World, feedback_metric, make_data, world_lm
 
-from dspy_agentgrad import AgentGrad
+from dspy_agentgrad import AgentGrad, AgentGradConfig
 from dspy_agentgrad.core.state import CandidateRecord, Cluster, RoundRecord
 from dspy_agentgrad.runtime.budget import Budget
 
@@ -55,7 +55,7 @@ def test_the_engine_hands_each_round_to_its_judge_and_records_its_verdicts():
     dspy.configure(lm=world_lm(World()))
     train = make_data({"extract": 3, "notes": 2, "answer": 2, "none": 3})
     val = make_data({"extract": 2, "notes": 2, "none": 2}, start=50)
-    optimizer = AgentGrad(feedback_metric, seed=0, num_threads=1, retry_backoff_s=0, progress=False)
+    optimizer = AgentGrad(feedback_metric, seed=0, num_threads=1, config=AgentGradConfig.from_options(progress=False))
     engine = optimizer._engine(optimizer._parts(Pipeline(), Budget(), None), train, val)
     starting = dict(engine.state.instructions)
     sources, judge = StubSources(), StubJudge(engine.verdicts)

@@ -19,7 +19,7 @@ from dspy_agentgrad.reporting.estimate import SampleStats, build_estimate
 from dspy_agentgrad.reporting.report import candidate_positions, render_html, word_diff
 from dspy_agentgrad.reporting.results import why_unchanged
 
-FAST = dict(retry_backoff_s=0, progress=False)
+FAST = dict(progress=False)
 
 
 @pytest.fixture
@@ -118,7 +118,11 @@ def test_on_the_synthetic_benchmark_the_estimate_is_within_30_percent_of_the_run
     from dspy_agentgrad.testing import fake_lm
 
     bench = load_benchmark(train=50, val=30, test=0, n_steps=4)
-    agent = AgentGrad(bench.metric, hint_fn=bench.hint, **FAST, **SYNTHETIC_RUNS[name], **PROCEDURES[procedure])
+    agent = AgentGrad(
+        bench.metric,
+        hint_fn=bench.hint,
+        config=AgentGradConfig.from_options(**FAST, **SYNTHETIC_RUNS[name], **PROCEDURES[procedure]),
+    )
     dspy.configure(lm=fake_lm(SyntheticWorld(task_s=0, prompt_s=0)))
     estimate = agent.estimate(bench.make_program(), trainset=bench.trainset, valset=bench.valset)
     dspy.configure(lm=fake_lm(SyntheticWorld(task_s=0, prompt_s=0)))  # nothing cached from the estimate
@@ -134,7 +138,7 @@ def test_on_the_synthetic_benchmark_the_estimate_is_within_30_percent_of_the_run
 def _estimate_and_run(options: dict, train_kinds: dict, reuse_calls: bool, make_world=World):
     train = make_data(train_kinds)
     val = make_data({"extract": 2, "notes": 2, "answer": 2, "none": 4}, start=100)
-    agent = AgentGrad(feedback_metric, **FAST, **options, reuse_calls=reuse_calls)
+    agent = AgentGrad(feedback_metric, config=AgentGradConfig.from_options(**FAST, **options, reuse_calls=reuse_calls))
     dspy.configure(lm=world_lm(make_world()))
     estimate = agent.estimate(Pipeline(), trainset=train, valset=val)
     dspy.configure(lm=world_lm(make_world()))  # a fresh world: the estimate's runs are not cached for the run
@@ -148,9 +152,9 @@ def _estimate_and_run(options: dict, train_kinds: dict, reuse_calls: bool, make_
 def test_the_estimate_never_exceeds_the_metric_call_cap(world):
     train = make_data({"extract": 8, "notes": 8, "answer": 8})
     val = make_data({"extract": 4, "none": 4}, start=100)
-    estimate = AgentGrad(feedback_metric, auto=None, max_metric_calls=40, **FAST).estimate(
-        Pipeline(), trainset=train, valset=val
-    )
+    estimate = AgentGrad(
+        feedback_metric, auto=None, max_metric_calls=40, config=AgentGradConfig.from_options(**FAST)
+    ).estimate(Pipeline(), trainset=train, valset=val)
     assert estimate.metric_calls == 40 and estimate.max_metric_calls == 40
 
 
@@ -161,7 +165,9 @@ def test_the_estimate_says_what_its_sample_paid():
     dspy.configure(lm=world_lm(world))
     metric, calls = counted(feedback_metric)
     train = make_data({"extract": 6, "notes": 6, "answer": 6, "none": 12})
-    estimate = AgentGrad(metric, **FAST).estimate(Pipeline(), trainset=train, sample_size=8)
+    estimate = AgentGrad(metric, config=AgentGradConfig.from_options(**FAST)).estimate(
+        Pipeline(), trainset=train, sample_size=8
+    )
     sample = estimate.sample
     assert sample.examples == 8 and sample.paid_metric_calls == len(calls) > sample.runs
     assert sample.paid_prompt_calls == world.calls["gradient"] + world.calls["abstract"] + world.calls["rewrite"]
@@ -174,7 +180,9 @@ def test_with_no_training_example_left_to_hold_out_the_estimate_says_what_it_did
     rewrites is taken to reach every failure, and the line names the failures unlike the sampled ones."""
     dspy.configure(lm=world_lm(World()))
     train = make_data({"extract": 2, "notes": 2, "answer": 2, "none": 2})
-    estimate = AgentGrad(feedback_metric, **FAST).estimate(Pipeline(), trainset=train, sample_size=8)
+    estimate = AgentGrad(feedback_metric, config=AgentGradConfig.from_options(**FAST)).estimate(
+        Pipeline(), trainset=train, sample_size=8
+    )
     assert estimate.sample.rewrite_wins > 0 and estimate.sample.carry_over is None
     assert "not measured: validation" in estimate.summary()
     assert estimate.summary().endswith("and failures unlike the sampled ones)")
@@ -185,7 +193,9 @@ def test_without_rewrites_to_try_the_estimate_says_it_assumed_their_wins():
     world = World()
     dspy.configure(lm=world_lm(world))
     train = make_data({"extract": 6, "notes": 6, "answer": 6, "none": 12})
-    estimate = AgentGrad(feedback_metric, candidates="demos", **FAST).estimate(Pipeline(), trainset=train)
+    estimate = AgentGrad(feedback_metric, candidates="demos", config=AgentGradConfig.from_options(**FAST)).estimate(
+        Pipeline(), trainset=train
+    )
     assert estimate.sample.rewrites == world.calls["rewrite"] == 0 and estimate.sample.failure_rate > 0
     assert "no rewrite tried: 50% assumed to win" in estimate.summary()
 
@@ -196,7 +206,7 @@ def test_usd_and_wall_time_follow_the_measured_sample():
     options = dict(n_train=32, n_val=10, max_metric_calls=None, max_rounds=2, worst_case=300)
     one_dollar_per_call = {"task": lambda usage: usage["calls"], "prompt": lambda usage: usage["calls"]}
     est = build_estimate(
-        AgentGradConfig(num_threads=1),
+        AgentGradConfig.from_options(num_threads=1),
         sample,
         predictors=["a", "b"],
         trainable={"a", "b"},
@@ -207,7 +217,12 @@ def test_usd_and_wall_time_follow_the_measured_sample():
     assert est.usd == est.task_lm_calls + est.prompt_lm_calls
     assert est.wall_time_s == pytest.approx(0.5 * est.metric_calls + 0.25 * est.prompt_lm_calls, rel=0.02)
     faster = build_estimate(
-        AgentGradConfig(num_threads=4), sample, predictors=["a", "b"], trainable={"a", "b"}, prices={}, **options
+        AgentGradConfig.from_options(num_threads=4),
+        sample,
+        predictors=["a", "b"],
+        trainable={"a", "b"},
+        prices={},
+        **options,
     )
     assert faster.wall_time_s == pytest.approx(est.wall_time_s / 4) and faster.unpriced == ["task", "prompt"]
 
@@ -216,7 +231,9 @@ def test_compile_logs_the_estimate_at_its_start(world, caplog):
     train = make_data({"extract": 3, "notes": 3, "none": 3})
     val = make_data({"extract": 2, "none": 2}, start=100)
     with caplog.at_level(logging.INFO, logger="dspy.agentgrad"):
-        AgentGrad(feedback_metric, auto=None, max_rounds=1, **FAST).compile(Pipeline(), trainset=train, valset=val)
+        AgentGrad(feedback_metric, auto=None, config=AgentGradConfig.from_options(max_rounds=1, **FAST)).compile(
+            Pipeline(), trainset=train, valset=val
+        )
     lines = [r.getMessage() for r in caplog.records]
     first_round = next(i for i, line in enumerate(lines) if line.startswith("round 0"))
     estimate_line = next(i for i, line in enumerate(lines) if line.startswith("AgentGrad estimate: ~"))
@@ -234,9 +251,12 @@ def finished_run(world, tmp_path):
     val = make_data({"extract": 2, "notes": 2, "answer": 2, "none": 2}, start=100)
     # one round per stack (stack_rounds=1): the overfitting extract rewrite is then judged in a round of its own,
     # so the run has both a shared validation pass that wins and candidates validated alone
-    AgentGrad(feedback_metric, auto=None, max_rounds=4, stack_rounds=1, log_dir=tmp_path, **FAST).compile(
-        Pipeline(), trainset=train, valset=val
-    )
+    AgentGrad(
+        feedback_metric,
+        auto=None,
+        log_dir=tmp_path,
+        config=AgentGradConfig.from_options(max_rounds=4, stack_rounds=1, **FAST),
+    ).compile(Pipeline(), trainset=train, valset=val)
     return tmp_path
 
 
@@ -384,11 +404,12 @@ def test_agentgrad_estimate_loads_a_job_and_prints_the_estimate(tmp_path, monkey
             import dspy
             from world import Pipeline, World, counted, feedback_metric, make_data, world_lm
             from dspy_agentgrad import AgentGrad
+            from dspy_agentgrad.config import AgentGradConfig
 
             def job():
                 dspy.configure(lm=world_lm(World()))
                 return {
-                    "optimizer": AgentGrad(feedback_metric, progress=False),
+                    "optimizer": AgentGrad(feedback_metric, config=AgentGradConfig.from_options(progress=False)),
                     "program": Pipeline(),
                     "trainset": make_data({"extract": 4, "none": 4}),
                     "valset": make_data({"extract": 2, "none": 2}, start=100),

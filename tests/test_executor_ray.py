@@ -15,10 +15,11 @@ import pytest
 from world import Pipeline, World, feedback_metric, make_data, world_lm
 
 from dspy_agentgrad import AgentGrad, RayExecutor
+from dspy_agentgrad.config import AgentGradConfig
 
 TRAIN = make_data({"extract": 3, "notes": 2, "answer": 2, "either": 1})
 VAL = make_data({"extract": 2, "notes": 1, "none": 2}, start=50)
-FAST = dict(auto=None, max_rounds=2, progress=False, retry_backoff_s=0)
+FAST = dict(auto=None, max_rounds=2, progress=False)
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +49,7 @@ def summary(result) -> dict:
 
 def run(program=None, log_dir=None, **options):
     dspy.configure(lm=world_lm(World()))
-    optimizer = AgentGrad(feedback_metric, log_dir=log_dir, **{**FAST, **options})
+    optimizer = AgentGrad(feedback_metric, log_dir=log_dir, config=AgentGradConfig.from_options(**{**FAST, **options}))
     return optimizer.compile(program or Pipeline(), trainset=TRAIN, valset=VAL).detailed_results
 
 
@@ -78,7 +79,9 @@ def test_decisions_on_ray_equal_local_threads_on_drawn_worlds(ray, seed):
     results = []
     for executor in ("local", "ray"):
         dspy.configure(lm=world_lm(World(hint_follow_rate=world["follow"])))
-        optimizer = AgentGrad(feedback_metric, executor=executor, **{**FAST, **world["options"]})
+        optimizer = AgentGrad(
+            feedback_metric, config=AgentGradConfig.from_options(executor=executor, **{**FAST, **world["options"]})
+        )
         compiled = optimizer.compile(Pipeline(), trainset=world["train"], valset=world["val"])
         results.append(summary(compiled.detailed_results))
     assert results[1] == results[0]
@@ -134,14 +137,14 @@ def test_task_lm_caps_are_refused_with_ray_because_they_are_admitted_in_the_driv
 def test_without_ray_installed_executor_ray_is_refused_naming_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)  # what an environment without the extra sees
     with pytest.raises(ImportError, match=r"pip install 'dspy-agentgrad\[ray\]'"):
-        AgentGrad(feedback_metric, executor="ray")
+        AgentGrad(feedback_metric, config=AgentGradConfig.from_options(executor="ray"))
 
 
 def test_an_unknown_executor_is_refused():
     with pytest.raises(ValueError, match="executor must be 'local', 'ray' or an executor object"):
-        AgentGrad(feedback_metric, executor="dask")
+        AgentGrad(feedback_metric, config=AgentGradConfig.from_options(executor="dask"))
     with pytest.raises(ValueError, match="RayExecutor"):
-        AgentGrad(feedback_metric, executor=object())
+        AgentGrad(feedback_metric, config=AgentGradConfig.from_options(executor=object()))
 
 
 class UnpicklableTimeout(TimeoutError):

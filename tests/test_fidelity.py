@@ -10,12 +10,13 @@ import zlib
 import dspy
 import numpy as np
 import pytest
-from world import Pipeline, ShapeWorld, World, dumps, feedback_metric, make_data, retrieve, world_lm
+from world import Pipeline, ShapeWorld, World, agentgrad, dumps, feedback_metric, make_data, retrieve, world_lm
 
 from dspy_agentgrad import AgentGrad
+from dspy_agentgrad.config import AgentGradConfig
 from dspy_agentgrad.testing import RuleEngine, fake_lm
 
-FAST = dict(auto=None, retry_backoff_s=0, progress=False)
+FAST = dict(auto=None, progress=False)
 
 
 def decisions(result) -> list[tuple]:
@@ -33,11 +34,10 @@ def sweep_run(cap: int | None, threads: int, speculate: bool, max_rounds: int | 
     optimizer = AgentGrad(
         feedback_metric,
         max_metric_calls=cap,
-        max_rounds=max_rounds,
-        cluster_schedule=(2, 1),
         num_threads=threads,
-        speculate=speculate,
-        **FAST,
+        config=AgentGradConfig.from_options(
+            max_rounds=max_rounds, cluster_schedule=(2, 1), speculate=speculate, **FAST
+        ),
     )
     return optimizer.compile(Pipeline(), trainset=SWEEP_TRAIN, valset=SWEEP_VAL).detailed_results
 
@@ -69,7 +69,9 @@ def garbage_prompt_run(cap: int | None):
     prompt_lm = fake_lm(lambda call: "garbage " * 40)
     prompt_lm.kwargs["max_tokens"] = 5
     optimizer = AgentGrad(
-        feedback_metric, prompt_model=prompt_lm, max_rounds=2, cluster_schedule=(1,), max_prompt_tokens=cap, **FAST
+        feedback_metric,
+        prompt_model=prompt_lm,
+        config=AgentGradConfig.from_options(max_rounds=2, cluster_schedule=(1,), max_prompt_tokens=cap, **FAST),
     )
     train = make_data({"extract": 2, "notes": 2, "answer": 2})
     result = optimizer.compile(Pipeline(), trainset=train, valset=make_data({"none": 2}, start=50))
@@ -93,7 +95,11 @@ def test_a_prompt_token_cap_holds_when_the_prompt_lm_answers_garbage():
 def test_parse_errors_of_a_prompt_role_are_not_retried():
     engine = RuleEngine(lambda call: "garbage with no fields")
     dspy.configure(lm=world_lm(World()))
-    optimizer = AgentGrad(feedback_metric, prompt_model=fake_lm(engine), max_rounds=1, cluster_schedule=(1,), **FAST)
+    optimizer = AgentGrad(
+        feedback_metric,
+        prompt_model=fake_lm(engine),
+        config=AgentGradConfig.from_options(max_rounds=1, cluster_schedule=(1,), **FAST),
+    )
     train = make_data({"extract": 1})
     result = optimizer.compile(Pipeline(), trainset=train, valset=make_data({"none": 1}, start=50)).detailed_results
     failed = sum(n for role, n in result.prompt_role_failures.items() if ":" not in role)
@@ -131,7 +137,9 @@ def test_replay_returns_outputs_as_they_were_returned_whatever_the_program_did_t
     def exact(gold, pred, trace=None):
         return float(pred.answer == gold.answer)
 
-    result = AgentGrad(exact, max_rounds=1, cluster_schedule=(1,), **FAST).compile(Popper(), trainset=train, valset=val)
+    result = AgentGrad(exact, config=AgentGradConfig.from_options(max_rounds=1, cluster_schedule=(1,), **FAST)).compile(
+        Popper(), trainset=train, valset=val
+    )
     details = result.detailed_results
     assert not details.program_errors, details.program_errors
     assert details.rounds[0].attributed == {"answer": 3, "lister": 0}
@@ -183,7 +191,9 @@ def pseudo_labels(reword: bool, seed: int) -> tuple[int, int]:
             )
 
     AgentGrad(
-        feedback_metric, max_rounds=1, train_batch_size=22, callbacks=[Keep()], cluster_schedule=(1,), **FAST
+        feedback_metric,
+        callbacks=[Keep()],
+        config=AgentGradConfig.from_options(max_rounds=1, train_batch_size=22, cluster_schedule=(1,), **FAST),
     ).compile(WordPipeline(), trainset=make_data(kinds, start=100 * seed), valset=make_data({"none": 2}, start=990))
     kind = re.compile(r"id\d+ kind=([\w+]+)")
     blameless = [n for n, q in records if n not in kind.match(q).group(1).split("+")]
@@ -223,9 +233,9 @@ def test_waiting_gradients_are_dropped_once_their_predictor_changed():
     dspy.configure(lm=world_lm(TwoPatterns()))
     odd = dspy.Example(question="id9 kind=extract odd", answer="ans-id9").with_inputs("question")
     train = make_data({"extract": 2, "none": 1}) + [odd]
-    result = AgentGrad(feedback_metric, max_rounds=2, cluster_schedule=(2, 1), **FAST).compile(
-        Pipeline(), trainset=train, valset=make_data({"extract": 1, "none": 1}, start=50)
-    )
+    result = AgentGrad(
+        feedback_metric, config=AgentGradConfig.from_options(max_rounds=2, cluster_schedule=(2, 1), **FAST)
+    ).compile(Pipeline(), trainset=train, valset=make_data({"extract": 1, "none": 1}, start=50))
     candidates = result.detailed_results.candidates
     assert [(c.round, c.predictor, c.accepted) for c in candidates if c.round == 0] == [(0, "extract", True)]
     # the odd case waited in round 0, was written against the instruction round 0 replaced, and is solved now
@@ -238,7 +248,9 @@ def test_a_budget_stop_inside_the_cumulative_pass_keeps_the_count_of_what_it_exp
     for cap in range(14, 50, 3):
         dspy.configure(lm=world_lm(World()))
         result = AgentGrad(
-            feedback_metric, max_metric_calls=cap, max_rounds=1, cluster_schedule=(1,), train_batch_size=8, **FAST
+            feedback_metric,
+            max_metric_calls=cap,
+            config=AgentGradConfig.from_options(max_rounds=1, cluster_schedule=(1,), train_batch_size=8, **FAST),
         ).compile(Pipeline(), trainset=train, valset=make_data({"none": 2}, start=50))
         for r in result.detailed_results.rounds:
             assert r.failures == r.explained_single + r.explained_cumulative + r.hard_cases, f"cap {cap}"
@@ -267,9 +279,11 @@ def test_the_cumulative_pass_does_not_take_a_fix_that_copies_a_revealed_label():
         def on_attribution(self, event):
             records.update({n: len(r) for n, r in event.report.attributed.items()})
 
-    AgentGrad(feedback_metric, max_rounds=1, cluster_schedule=(1,), callbacks=[Keep()], **FAST).compile(
-        Pipeline(), trainset=train, valset=make_data({"none": 1}, start=50)
-    )
+    AgentGrad(
+        feedback_metric,
+        callbacks=[Keep()],
+        config=AgentGradConfig.from_options(max_rounds=1, cluster_schedule=(1,), **FAST),
+    ).compile(Pipeline(), trainset=train, valset=make_data({"none": 1}, start=50))
     assert records == {"extract": 3, "notes": 0, "answer": 3}
 
 
@@ -285,7 +299,7 @@ def test_rewrites_are_not_asked_ahead_without_speculation():
     def run(cap, world):
         dspy.configure(lm=world_lm(world))
         options = dict(cluster_schedule=(2,), speculate=False, callbacks=[AfterAttribution()], max_rounds=1, **FAST)
-        return AgentGrad(feedback_metric, max_metric_calls=cap, **options).compile(
+        return agentgrad(feedback_metric, max_metric_calls=cap, **options).compile(
             Pipeline(), trainset=train, valset=val
         )
 
@@ -303,9 +317,10 @@ def test_worst_case_calls_bounds_a_run_where_every_candidate_is_validated():
     train = make_data({"extract": 1, "notes": 1, "answer": 1})
     val = make_data({"none": 20, "extract": 1, "notes": 1, "answer": 1}, start=50)
     dspy.configure(lm=world_lm(World()))
-    result = AgentGrad(feedback_metric, max_rounds=1, cluster_schedule=(1,), reuse_calls=False, **FAST).compile(
-        Pipeline(), trainset=train, valset=val
-    )
+    result = AgentGrad(
+        feedback_metric,
+        config=AgentGradConfig.from_options(max_rounds=1, cluster_schedule=(1,), reuse_calls=False, **FAST),
+    ).compile(Pipeline(), trainset=train, valset=val)
     details = result.detailed_results
     assert [c.accepted for c in details.candidates] == [True, True, True]
     assert details.metric_calls <= worst_case_calls(1, 3, len(train), len(val), 16)
@@ -346,7 +361,8 @@ def test_replay_and_reuse_tell_calls_with_other_demos_apart():
     dspy.configure(lm=fake_lm(engine))
     data = [dspy.Example(question=f"q{i}", answer="right").with_inputs("question") for i in range(4)]
     result = AgentGrad(
-        lambda gold, pred, trace=None: float(pred.answer == gold.answer), max_rounds=1, cluster_schedule=(1,), **FAST
+        lambda gold, pred, trace=None: float(pred.answer == gold.answer),
+        config=AgentGradConfig.from_options(max_rounds=1, cluster_schedule=(1,), **FAST),
     ).compile(ByKind(), trainset=data[:2], valset=data[2:])
     details = result.detailed_results
     assert details.rounds[0].attributed == {"kind": 2, "answer": 0}
@@ -374,9 +390,7 @@ def test_outputs_that_only_print_alike_are_not_taken_for_equal():
     data = [dspy.Example(question=f"q{i}", answer="right").with_inputs("question") for i in range(4)]
     result = AgentGrad(
         lambda gold, pred, trace=None: float(pred.answer.value == gold.answer),
-        max_rounds=1,
-        cluster_schedule=(1,),
-        **FAST,
+        config=AgentGradConfig.from_options(max_rounds=1, cluster_schedule=(1,), **FAST),
     ).compile(Wrap(), trainset=data[:2], valset=data[2:])
     assert result.detailed_results.rounds[0].attributed == {"answer": 2}
     assert result.detailed_results.best_val_score == 1.0
@@ -393,9 +407,9 @@ def test_numpy_scores_are_accepted(convert):
         return convert(pred.answer == gold.answer)
 
     train = make_data({"extract": 2, "none": 1})
-    result = AgentGrad(numpy_metric, max_rounds=1, cluster_schedule=(1,), **FAST).compile(
-        Pipeline(), trainset=train, valset=make_data({"extract": 1, "none": 1}, start=50)
-    )
+    result = AgentGrad(
+        numpy_metric, config=AgentGradConfig.from_options(max_rounds=1, cluster_schedule=(1,), **FAST)
+    ).compile(Pipeline(), trainset=train, valset=make_data({"extract": 1, "none": 1}, start=50))
     assert result.detailed_results.best_val_score == 1.0
 
 
@@ -416,9 +430,7 @@ def test_a_metric_reading_lm_usage_gets_it_under_track_usage_and_accounting_stay
         result = AgentGrad(
             usage_metric,
             prompt_model=fake_lm(prompt_engine, "fake/prompt"),
-            max_rounds=1,
-            cluster_schedule=(1,),
-            **FAST,
+            config=AgentGradConfig.from_options(max_rounds=1, cluster_schedule=(1,), **FAST),
         ).compile(Pipeline(), trainset=train, valset=make_data({"extract": 1, "none": 1}, start=50))
     details = result.detailed_results
     assert seen and all(seen)

@@ -9,9 +9,10 @@ import re
 
 import dspy
 import pytest
-from world import Pipeline, World, feedback_metric, make_data, world_lm
+from world import Pipeline, World, agentgrad, feedback_metric, make_data, world_lm
 
 from dspy_agentgrad import AgentGrad, RunStatus, ScoreThresholdStopper, TimeoutStopCondition
+from dspy_agentgrad.config import AgentGradConfig
 
 TRAIN = {"extract": 3, "notes": 3, "answer": 3, "none": 3}
 VAL = {"extract": 2, "notes": 2, "answer": 2, "none": 2}
@@ -29,7 +30,7 @@ def data():
 
 
 def optimizer(**kwargs) -> AgentGrad:
-    return AgentGrad(feedback_metric, **{"auto": None, "max_rounds": 3, "retry_backoff_s": 0, **kwargs})
+    return agentgrad(feedback_metric, **{"auto": None, "max_rounds": 3, **kwargs})
 
 
 def console_lines(text: str) -> list[str]:
@@ -141,7 +142,9 @@ def test_after_the_first_round_the_projection_is_within_30_percent_of_the_run(ca
     train = make_data({"extract": 6, "notes": 6, "answer": 6, "none": 12})
     val = make_data({"extract": 2, "notes": 2, "answer": 2, "none": 4}, start=100)
     with caplog.at_level(logging.INFO, logger="dspy.agentgrad"):
-        result = AgentGrad(feedback_metric, progress=False).compile(Pipeline(), trainset=train, valset=val)
+        result = AgentGrad(feedback_metric, config=AgentGradConfig.from_options(progress=False)).compile(
+            Pipeline(), trainset=train, valset=val
+        )
     projected = [int(p) for p in re.findall(r"round \d+ done: .* metric calls of ~(\d+) projected", caplog.text)]
     actual = result.detailed_results.metric_calls
     assert len(projected) == len(result.detailed_results.rounds) and projected[-1] == actual
@@ -155,7 +158,10 @@ def test_reflection_lm_is_gepas_name_for_the_prompt_model(world):
     train, val = data()
     reflection = World()
     result = AgentGrad(
-        feedback_metric, auto=None, max_rounds=2, progress=False, reflection_lm=world_lm(reflection)
+        feedback_metric,
+        auto=None,
+        reflection_lm=world_lm(reflection),
+        config=AgentGradConfig.from_options(max_rounds=2, progress=False),
     ).compile(Pipeline(), trainset=train, valset=val)
     assert sum(reflection.calls[role] for role in ("gradient", "abstract", "rewrite")) > 0
     assert world.calls["gradient"] == world.calls["rewrite"] == 0 and world.calls["extract"] > 0
@@ -166,8 +172,9 @@ def test_an_option_given_under_both_names_is_a_clear_error():
     lm = world_lm(World())
     with pytest.raises(ValueError, match="prompt_model= and reflection_lm= are one option"):
         AgentGrad(feedback_metric, prompt_model=lm, reflection_lm=lm)
-    with pytest.raises(ValueError, match="max_score= and perfect_score= are one option"):
-        AgentGrad(feedback_metric, max_score=1.0, perfect_score=1.0)
+    # max_score is a config field and perfect_score a keyword: the keyword wins, as every keyword over config=
+    config = AgentGradConfig.from_options(max_score=1.0)
+    assert AgentGrad(feedback_metric, perfect_score=2.0, config=config).config.scores.max_score == 2.0
     with pytest.raises(ValueError, match="max_metric_calls and max_full_evals both set the budget"):
         AgentGrad(feedback_metric, auto=None, max_metric_calls=100, max_full_evals=2)
     with pytest.raises(ValueError, match="pass auto=None to use max_full_evals"):
@@ -177,15 +184,15 @@ def test_an_option_given_under_both_names_is_a_clear_error():
 
 
 def test_perfect_score_sets_the_metrics_maximum():
-    assert AgentGrad(feedback_metric, perfect_score=2.0).config.max_score == 2.0
-    assert AgentGrad(feedback_metric).config.max_score == 1.0
+    assert AgentGrad(feedback_metric, perfect_score=2.0).config.scores.max_score == 2.0
+    assert AgentGrad(feedback_metric).config.scores.max_score == 1.0
 
 
 def test_max_full_evals_counts_passes_over_train_and_validation_as_gepa_does(world):
     train, val = data()
-    result = AgentGrad(feedback_metric, auto=None, max_full_evals=2, progress=False).compile(
-        Pipeline(), trainset=train, valset=val
-    )
+    result = AgentGrad(
+        feedback_metric, auto=None, max_full_evals=2, config=AgentGradConfig.from_options(progress=False)
+    ).compile(Pipeline(), trainset=train, valset=val)
     assert result.detailed_results.max_metric_calls == 2 * (len(train) + len(val))
     assert result.detailed_results.metric_calls <= 2 * (len(train) + len(val))
 

@@ -16,19 +16,20 @@ from pathlib import Path
 import dspy
 import numpy as np
 import pytest
-from world import Pipeline, World, feedback_metric, make_data, world_lm
+from world import Pipeline, World, agentgrad, feedback_metric, make_data, world_lm
 
 from dspy_agentgrad import AgentGrad, FirstRunsFailed, LogDirBusy
+from dspy_agentgrad.config import AgentGradConfig
 from dspy_agentgrad.testing import FakeCall, RuleEngine, fake_lm
 
-FAST = dict(auto=None, retry_backoff_s=0, progress=False)
+FAST = dict(auto=None, progress=False)
 TRAIN = make_data({"extract": 2, "notes": 1, "answer": 1})
 VAL = make_data({"extract": 1, "none": 1}, start=50)
 
 
 def compile_once(log_dir=None, metric_fn=feedback_metric, program=None, **options):
     options = {"max_rounds": 1, **FAST, **options}
-    return AgentGrad(metric_fn, log_dir=log_dir, **options).compile(program or Pipeline(), trainset=TRAIN, valset=VAL)
+    return agentgrad(metric_fn, log_dir=log_dir, **options).compile(program or Pipeline(), trainset=TRAIN, valset=VAL)
 
 
 # ---- every option range-checked -----------------------------------------------------------------------
@@ -47,13 +48,8 @@ def compile_once(log_dir=None, metric_fn=feedback_metric, program=None, **option
         ("fix_threshold", math.nan),
         ("max_prompt_cost", math.inf),
         ("max_prompt_cost", math.nan),
-        ("retry_backoff_s", math.nan),
-        ("retry_backoff_s", "1"),
-        ("retry_backoff_s", -1),
         ("max_instruction_chars", True),
         ("max_instruction_chars", 10),
-        ("max_field_chars", 0),
-        ("eval_chunk_size", 0),
         ("train_batch_size", True),
         ("retry_attempts", 0),
         ("num_threads", 0),
@@ -67,17 +63,21 @@ def compile_once(log_dir=None, metric_fn=feedback_metric, program=None, **option
 def test_every_numeric_option_is_range_checked(option, value):
     budget = {} if option == "max_metric_calls" else {"max_rounds": 1}
     with pytest.raises(ValueError, match=option):
-        AgentGrad(feedback_metric, **{**FAST, **budget, option: value})
+        AgentGrad(feedback_metric, config=AgentGradConfig.from_options(**{**FAST, **budget, option: value}))
 
 
 @pytest.mark.parametrize("size", [0, -3, 2.5, True])
 def test_the_estimate_sample_size_is_range_checked(size):
     with pytest.raises(ValueError, match="sample_size"):
-        AgentGrad(feedback_metric, max_rounds=1, **FAST).estimate(Pipeline(), trainset=TRAIN, sample_size=size)
+        AgentGrad(feedback_metric, config=AgentGradConfig.from_options(max_rounds=1, **FAST)).estimate(
+            Pipeline(), trainset=TRAIN, sample_size=size
+        )
 
 
 def test_failure_score_may_be_any_score_in_range():
-    optimizer = AgentGrad(feedback_metric, max_rounds=1, max_score=100, failure_score=50, **FAST)
+    optimizer = AgentGrad(
+        feedback_metric, config=AgentGradConfig.from_options(max_rounds=1, max_score=100, failure_score=50, **FAST)
+    )
     assert optimizer.get_params()["failure_score"] == 50
 
 
@@ -92,11 +92,13 @@ def test_deleting_the_lock_file_does_not_let_a_second_compile_in(tmp_path):
             "-c",
             "import sys, time, dspy; from world import Pipeline, World, world_lm, feedback_metric, make_data\n"
             "from dspy_agentgrad import AgentGrad\n"
+            "from dspy_agentgrad.config import AgentGradConfig\n"
             "class Slow(World):\n"
             "    def __call__(self, call):\n"
             "        print('running', flush=True); time.sleep(60)\n"
             "dspy.configure(lm=world_lm(Slow()))\n"
-            "AgentGrad(feedback_metric, auto=None, max_rounds=1, log_dir=sys.argv[1], progress=False).compile(\n"
+            "config = AgentGradConfig.from_options(auto=None, max_rounds=1, progress=False)\n"
+            "AgentGrad(feedback_metric, log_dir=sys.argv[1], config=config).compile(\n"
             "    Pipeline(), trainset=make_data({'extract': 2, 'notes': 1, 'answer': 1}),\n"
             "    valset=make_data({'extract': 1, 'none': 1}, start=50))",
             str(tmp_path),
@@ -224,7 +226,10 @@ def test_prompt_token_caps_hold_for_cjk_and_emoji_text(script):
     val = [e.copy(question=f"{e.question} {filler}") for e in make_data({"extract": 2, "none": 2}, start=50)]
     for cap in (6000, 15000, 30000):
         result = (
-            AgentGrad(feedback_metric, max_rounds=3, cluster_schedule=(1,), max_prompt_tokens=cap, **FAST)
+            AgentGrad(
+                feedback_metric,
+                config=AgentGradConfig.from_options(max_rounds=3, cluster_schedule=(1,), max_prompt_tokens=cap, **FAST),
+            )
             .compile(Pipeline(), trainset=train, valset=val)
             .detailed_results
         )
@@ -317,11 +322,10 @@ def test_the_lm_requests_of_an_instruction_proposer_are_reserved_against_the_pro
             result = (
                 AgentGrad(
                     feedback_metric,
-                    max_rounds=3,
-                    cluster_schedule=(1,),
-                    max_prompt_tokens=cap,
                     instruction_proposer=chosen,
-                    **FAST,
+                    config=AgentGradConfig.from_options(
+                        max_rounds=3, cluster_schedule=(1,), max_prompt_tokens=cap, **FAST
+                    ),
                 )
                 .compile(Pipeline(), trainset=train, valset=val)
                 .detailed_results

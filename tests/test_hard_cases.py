@@ -7,8 +7,9 @@ import pytest
 from world import Pipeline, World, feedback_metric, make_data, world_lm
 
 from dspy_agentgrad import AgentGrad
+from dspy_agentgrad.config import AgentGradConfig
 
-FAST = dict(retry_backoff_s=0, progress=False, auto=None, cluster_schedule=(1,), train_batch_size=6, max_rounds=4)
+FAST = dict(progress=False, auto=None, cluster_schedule=(1,), train_batch_size=6, max_rounds=4)
 UPSTREAM_BROKE = ("no document found", "no answer found")
 
 
@@ -32,7 +33,9 @@ def optimize(world: World, threads: int = 1, **options):
     dspy.configure(lm=world_lm(world))
     train = make_data({"extract": 3, "notes": 3, "none": 2})
     val = make_data({"none": 6, "extract": 2, "notes": 2}, start=50)
-    optimizer = AgentGrad(feedback_metric, num_threads=threads, **{**FAST, **options})
+    optimizer = AgentGrad(
+        feedback_metric, num_threads=threads, config=AgentGradConfig.from_options(**{**FAST, **options})
+    )
     return optimizer.compile(Pipeline(), trainset=train, valset=val).detailed_results
 
 

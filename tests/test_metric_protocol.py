@@ -11,16 +11,21 @@ import pytest
 from world import Pipeline, RoleWorld, World, make_data, metric, world_lm
 
 from dspy_agentgrad import AgentGrad, FirstRunsFailed, MetricError
+from dspy_agentgrad.config import AgentGradConfig
 from dspy_agentgrad.testing import FakeCall, fake_lm
 
-FAST = dict(auto=None, retry_backoff_s=0, progress=False)
+FAST = dict(auto=None, progress=False)
 TRAIN = make_data({"extract": 2, "notes": 1, "answer": 1})
 VAL = make_data({"extract": 1, "none": 1}, start=50)
 
 
 def compile_once(metric_fn, program=None, train=TRAIN, val=VAL, **options):
     options = {"max_rounds": 2, "cluster_schedule": (1,), **FAST, **options}
-    return AgentGrad(metric_fn, **options).compile(program or Pipeline(), trainset=train, valset=val).detailed_results
+    return (
+        AgentGrad(metric_fn, config=AgentGradConfig.from_options(**options))
+        .compile(program or Pipeline(), trainset=train, valset=val)
+        .detailed_results
+    )
 
 
 # ---- a metric written as a dspy.Module --------------------------------------------------------------
@@ -94,7 +99,7 @@ def test_a_metric_whose_perfect_score_is_zero_and_others_negative_is_optimized()
 
 def test_max_score_zero_without_a_failure_score_below_it_is_refused_with_the_fix():
     with pytest.raises(ValueError, match=r"failure_score=0.0 must be below max_score=0.*pass failure_score="):
-        AgentGrad(minutes_off, max_score=0, max_rounds=1, **FAST)
+        AgentGrad(minutes_off, config=AgentGradConfig.from_options(max_score=0, max_rounds=1, **FAST))
 
 
 def test_negative_scores_below_a_positive_max_score_are_scores():

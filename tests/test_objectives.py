@@ -11,13 +11,14 @@ import pytest
 from world import Pipeline, World, make_data, world_lm
 
 from dspy_agentgrad import AgentGrad, MetricError, write_report
+from dspy_agentgrad.config import AgentGradConfig
 from dspy_agentgrad.program.metric import Metric
 from dspy_agentgrad.program.objectives import guard_violations, objective_means
 from dspy_agentgrad.program.runs import Outcome
 
 TRAIN = make_data({"extract": 2, "notes": 1, "answer": 1})
 VAL = make_data({"extract": 1, "notes": 1, "none": 1}, start=50)
-FAST = dict(auto=None, max_rounds=1, progress=False, retry_backoff_s=0)
+FAST = dict(auto=None, max_rounds=1, progress=False)
 
 
 def two_objectives(gold, pred, trace=None, pred_name=None, pred_trace=None):
@@ -35,7 +36,7 @@ def two_objectives(gold, pred, trace=None, pred_name=None, pred_trace=None):
 def compile_with(tmp_path=None, **options):
     dspy.configure(lm=world_lm(World()))
     return (
-        AgentGrad(two_objectives, log_dir=tmp_path, **{**FAST, **options})
+        AgentGrad(two_objectives, log_dir=tmp_path, config=AgentGradConfig.from_options(**{**FAST, **options}))
         .compile(Pipeline(), trainset=TRAIN, valset=VAL)
         .detailed_results
     )
@@ -100,7 +101,7 @@ def test_a_guard_on_an_objective_the_metric_never_reports_is_an_error_naming_the
 @pytest.mark.parametrize("bad", [{}, {"private": -0.1}, {"private": "0"}, ["private"], {"private": float("inf")}])
 def test_bad_guards_are_refused_at_construction(bad):
     with pytest.raises(ValueError, match="objective_guards"):
-        AgentGrad(two_objectives, objective_guards=bad)
+        AgentGrad(two_objectives, config=AgentGradConfig.from_options(objective_guards=bad))
 
 
 def test_objective_scores_in_a_dict_or_a_prediction_are_parsed_and_bad_ones_refused():

@@ -82,6 +82,7 @@ def test_compiling_again_a_run_a_token_cap_stopped_pays_nothing_and_changes_noth
     from world import Pipeline, World, feedback_metric, make_data, world_lm
 
     from dspy_agentgrad import AgentGrad
+    from dspy_agentgrad.config import AgentGradConfig
 
     train = make_data({"extract": 3, "notes": 3, "answer": 2, "none": 2})
     val = make_data({"extract": 2, "notes": 2, "answer": 2, "none": 2}, start=50)
@@ -92,11 +93,8 @@ def test_compiling_again_a_run_a_token_cap_stopped_pays_nothing_and_changes_noth
         optimizer = AgentGrad(
             feedback_metric,
             auto=None,
-            max_rounds=4,
-            retry_backoff_s=0,
-            progress=False,
             log_dir=tmp_path,
-            **{cap: value},
+            config=AgentGradConfig.from_options(max_rounds=4, progress=False, **{cap: value}),
         )
         result = optimizer.compile(Pipeline(), trainset=train, valset=val).detailed_results
         results.append((result, sum(world.calls.values())))
@@ -134,11 +132,14 @@ def test_the_estimate_pays_within_every_cap():
     from world import Pipeline, World, feedback_metric, make_data, world_lm
 
     from dspy_agentgrad import AgentGrad
+    from dspy_agentgrad.config import AgentGradConfig
     from dspy_agentgrad.runtime.budget import BudgetExhausted
 
     world = World()
     dspy.configure(lm=world_lm(world))
-    optimizer = AgentGrad(feedback_metric, auto=None, max_rounds=2, progress=False, max_task_calls=10)
+    optimizer = AgentGrad(
+        feedback_metric, auto=None, config=AgentGradConfig.from_options(max_rounds=2, progress=False, max_task_calls=10)
+    )
     train = make_data({"extract": 6, "notes": 6, "answer": 4, "none": 4})
     with pytest.raises(BudgetExhausted, match="the estimate's sample .* reached a cap"):
         optimizer.estimate(Pipeline(), trainset=train, sample_size=8)

@@ -9,7 +9,7 @@ import re
 import dspy
 import pydantic
 import pytest
-from world import ShapeWorld
+from world import ShapeWorld, agentgrad
 
 from dspy_agentgrad import AgentGrad, default_hint
 from dspy_agentgrad.program.interception import rebuild_prediction
@@ -17,11 +17,11 @@ from dspy_agentgrad.program.runner import ProgramBug
 from dspy_agentgrad.program.runs import Step
 from dspy_agentgrad.testing import RuleEngine, fake_lm
 
-FAST = dict(retry_backoff_s=0, progress=False)
+FAST = dict(progress=False)
 
 
 def optimizer(metric, **kwargs) -> AgentGrad:
-    return AgentGrad(metric, **{"auto": None, "max_rounds": 3, "cluster_schedule": (1,), **FAST, **kwargs})
+    return agentgrad(metric, **{"auto": None, "max_rounds": 3, "cluster_schedule": (1,), **FAST, **kwargs})
 
 
 def exact(field: str):

@@ -12,23 +12,24 @@ import time
 
 import dspy
 import pytest
-from world import Pipeline, World, dumps, feedback_metric, make_data, metric, world_lm
+from world import Pipeline, World, agentgrad, dumps, feedback_metric, make_data, metric, world_lm
 
 from dspy_agentgrad import AgentGrad, MetricError, RunMismatch
+from dspy_agentgrad.config import AgentGradConfig
 from dspy_agentgrad.roles import signatures
 from dspy_agentgrad.runtime.retries import RetryPolicy
 from dspy_agentgrad.runtime.run_lock import LogDirBusy
 from dspy_agentgrad.runtime.store import Memo
 from dspy_agentgrad.testing import RuleEngine, fake_lm
 
-FAST = dict(auto=None, retry_backoff_s=0, progress=False)
+FAST = dict(auto=None, progress=False)
 TRAIN = make_data({"extract": 2, "notes": 1, "answer": 1})
 VAL = make_data({"extract": 1, "none": 1}, start=50)
 
 
 def compile_once(log_dir=None, metric_fn=feedback_metric, trainset=TRAIN, **options):
     options = {"max_rounds": 1, **FAST, **options}
-    return AgentGrad(metric_fn, log_dir=log_dir, **options).compile(Pipeline(), trainset=trainset, valset=VAL)
+    return agentgrad(metric_fn, log_dir=log_dir, **options).compile(Pipeline(), trainset=trainset, valset=VAL)
 
 
 def other_metric(gold, pred, trace=None):
@@ -118,7 +119,9 @@ def test_the_fingerprint_never_holds_credentials(tmp_path):
 
 def test_resume_despite_names_only_known_parts():
     with pytest.raises(ValueError, match="resume_despite accepts"):
-        AgentGrad(feedback_metric, max_rounds=1, resume_despite=("trainset",), **FAST)
+        AgentGrad(
+            feedback_metric, config=AgentGradConfig.from_options(max_rounds=1, resume_despite=("trainset",), **FAST)
+        )
 
 
 # ---- 2. scores above max_score ----------------------------------------------------------------------
@@ -150,7 +153,9 @@ def test_a_negative_score_is_a_score_below_max_score():
 @pytest.mark.parametrize("role", ["task_model", "prompt_model"])
 def test_a_model_name_string_is_not_an_lm(role):
     with pytest.raises(TypeError, match=rf"{role} must be a dspy.BaseLM.*dspy.LM\('openai/gpt-5-mini'\)"):
-        AgentGrad(feedback_metric, max_rounds=1, **{role: "openai/gpt-5-mini"}, **FAST)
+        AgentGrad(
+            feedback_metric, **{role: "openai/gpt-5-mini"}, config=AgentGradConfig.from_options(max_rounds=1, **FAST)
+        )
 
 
 def test_a_configured_lm_that_is_not_an_lm_is_refused():
@@ -171,12 +176,10 @@ def _capped_run(threads: int, cap: int | None):
     val = make_data({"extract": 2, "notes": 2, "answer": 1, "none": 2}, start=50)
     optimizer = AgentGrad(
         feedback_metric,
-        max_rounds=3,
-        cluster_schedule=(1,),
-        train_batch_size=12,
         num_threads=threads,
-        max_prompt_tokens=cap,
-        **FAST,
+        config=AgentGradConfig.from_options(
+            max_rounds=3, cluster_schedule=(1,), train_batch_size=12, max_prompt_tokens=cap, **FAST
+        ),
     )
     return optimizer.compile(Pipeline(), trainset=train, valset=val).detailed_results
 
@@ -391,7 +394,9 @@ def test_state_json_does_not_grow_with_the_rounds(tmp_path):
         dspy.configure(lm=world_lm(World()))
         train = make_data({"extract": 3, "notes": 3, "answer": 3, "none": 1})
         AgentGrad(
-            feedback_metric, max_rounds=rounds, cluster_schedule=(1,), log_dir=tmp_path / str(rounds), **FAST
+            feedback_metric,
+            log_dir=tmp_path / str(rounds),
+            config=AgentGradConfig.from_options(max_rounds=rounds, cluster_schedule=(1,), **FAST),
         ).compile(Pipeline(), trainset=train, valset=VAL)
         sizes.append((tmp_path / str(rounds) / "state.json").stat().st_size)
     assert sizes[1] < 1.3 * sizes[0]

@@ -14,11 +14,12 @@ import pytest
 from world import Pipeline, World, feedback_metric, make_data, world_lm
 
 from dspy_agentgrad import AgentGrad, RunMismatch
+from dspy_agentgrad.config import AgentGradConfig
 from dspy_agentgrad.core.state import example_label
 from dspy_agentgrad.testing import FaultyEngine, fake_lm
 
 JOB = Path(__file__).parent / "resume_job.py"
-FAST = dict(auto=None, retry_backoff_s=0, progress=False)
+FAST = dict(auto=None, progress=False)
 
 
 def run_job(log_dir: Path, out: Path, ledger: Path, **env) -> int:
@@ -74,28 +75,30 @@ def test_resume_with_threads_reaches_the_same_result(tmp_path, uninterrupted):
 def test_resume_with_other_data_or_options_is_refused(tmp_path):
     dspy.configure(lm=world_lm(World()))
     train, val = make_data({"extract": 2}), make_data({"extract": 1, "none": 1}, start=50)
-    AgentGrad(feedback_metric, max_rounds=1, log_dir=tmp_path, **FAST).compile(Pipeline(), trainset=train, valset=val)
+    AgentGrad(feedback_metric, log_dir=tmp_path, config=AgentGradConfig.from_options(max_rounds=1, **FAST)).compile(
+        Pipeline(), trainset=train, valset=val
+    )
     with pytest.raises(RunMismatch, match="trainset"):
-        AgentGrad(feedback_metric, max_rounds=1, log_dir=tmp_path, **FAST).compile(
+        AgentGrad(feedback_metric, log_dir=tmp_path, config=AgentGradConfig.from_options(max_rounds=1, **FAST)).compile(
             Pipeline(), trainset=make_data({"notes": 2}), valset=val
         )
     with pytest.raises(RunMismatch, match="options"):
-        AgentGrad(feedback_metric, max_rounds=1, seed=7, log_dir=tmp_path, **FAST).compile(
-            Pipeline(), trainset=train, valset=val
-        )
+        AgentGrad(
+            feedback_metric, seed=7, log_dir=tmp_path, config=AgentGradConfig.from_options(max_rounds=1, **FAST)
+        ).compile(Pipeline(), trainset=train, valset=val)
 
 
 def test_torn_memo_line_is_dropped_on_resume(tmp_path):
     dspy.configure(lm=world_lm(World()))
     train, val = make_data({"extract": 2, "notes": 2}), make_data({"extract": 1, "none": 1}, start=50)
-    first = AgentGrad(feedback_metric, max_rounds=2, log_dir=tmp_path, **FAST).compile(
-        Pipeline(), trainset=train, valset=val
-    )
+    first = AgentGrad(
+        feedback_metric, log_dir=tmp_path, config=AgentGradConfig.from_options(max_rounds=2, **FAST)
+    ).compile(Pipeline(), trainset=train, valset=val)
     with open(tmp_path / "memo.jsonl", "a") as handle:
         handle.write('{"key": "eval:cut-short", "val')
-    again = AgentGrad(feedback_metric, max_rounds=2, log_dir=tmp_path, **FAST).compile(
-        Pipeline(), trainset=train, valset=val
-    )
+    again = AgentGrad(
+        feedback_metric, log_dir=tmp_path, config=AgentGradConfig.from_options(max_rounds=2, **FAST)
+    ).compile(Pipeline(), trainset=train, valset=val)
     assert again.detailed_results.final_instructions == first.detailed_results.final_instructions
     assert again.detailed_results.usage["task"] == first.detailed_results.usage["task"]
     lines = (tmp_path / "memo.jsonl").read_text().splitlines()
@@ -112,11 +115,10 @@ def _compile_with(engine, threads: int = 1, retry_attempts: int = 3, lm_retries:
     return (
         AgentGrad(
             metric,
-            max_rounds=3,
-            cluster_schedule=(1,),
             num_threads=threads,
-            retry_attempts=retry_attempts,
-            **FAST,
+            config=AgentGradConfig.from_options(
+                max_rounds=3, cluster_schedule=(1,), retry_attempts=retry_attempts, **FAST
+            ),
         )
         .compile(Pipeline(), trainset=train, valset=val)
         .detailed_results
@@ -203,12 +205,10 @@ def test_ctrl_c_returns_the_best_program_so_far_and_keeps_results(tmp_path):
     # its first acceptance
     compiled = AgentGrad(
         metric,
-        max_rounds=5,
-        cluster_schedule=(1,),
         log_dir=tmp_path,
-        speculate=False,
-        validate_together=False,
-        **FAST,
+        config=AgentGradConfig.from_options(
+            max_rounds=5, cluster_schedule=(1,), speculate=False, validate_together=False, **FAST
+        ),
     ).compile(Pipeline(), trainset=train, valset=val)
     result = compiled.detailed_results
     assert result.interrupted and "interrupted" in result.stop_reason
@@ -223,7 +223,10 @@ def test_prompt_token_cap_stops_cleanly():
     train = make_data({"extract": 3, "notes": 2, "answer": 2})
     val = make_data({"extract": 1, "notes": 1, "none": 1}, start=50)
     result = (
-        AgentGrad(feedback_metric, max_rounds=5, max_prompt_tokens=300, cluster_schedule=(1,), **FAST)
+        AgentGrad(
+            feedback_metric,
+            config=AgentGradConfig.from_options(max_rounds=5, max_prompt_tokens=300, cluster_schedule=(1,), **FAST),
+        )
         .compile(Pipeline(), trainset=train, valset=val)
         .detailed_results
     )
@@ -240,7 +243,9 @@ def test_prompt_cost_cap_prices_tokens_with_litellm_and_stops_cleanly():
     val = make_data({"extract": 1, "notes": 1, "none": 1}, start=50)
     result = (
         AgentGrad(
-            feedback_metric, prompt_model=priced, max_rounds=5, max_prompt_cost=0.0004, cluster_schedule=(1,), **FAST
+            feedback_metric,
+            prompt_model=priced,
+            config=AgentGradConfig.from_options(max_rounds=5, max_prompt_cost=0.0004, cluster_schedule=(1,), **FAST),
         )
         .compile(Pipeline(), trainset=train, valset=val)
         .detailed_results
@@ -249,6 +254,6 @@ def test_prompt_cost_cap_prices_tokens_with_litellm_and_stops_cleanly():
     assert 0 < result.usage["prompt_cost_usd"] <= 0.0004  # a hard cap: admitted calls' worst cases fit under it
     assert f"${result.usage['prompt_cost_usd']:.4f} of $0.0004 paid" in result.stop_reason
     with pytest.raises(ValueError, match="litellm has none"):
-        AgentGrad(feedback_metric, max_rounds=1, max_prompt_cost=1.0, **FAST).compile(
-            Pipeline(), trainset=train, valset=val
-        )
+        AgentGrad(
+            feedback_metric, config=AgentGradConfig.from_options(max_rounds=1, max_prompt_cost=1.0, **FAST)
+        ).compile(Pipeline(), trainset=train, valset=val)

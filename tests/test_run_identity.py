@@ -12,13 +12,13 @@ from pathlib import Path
 
 import dspy
 import pytest
-from world import Pipeline, World, dumps, feedback_metric, make_data, world_lm
+from world import Pipeline, World, agentgrad, dumps, feedback_metric, make_data, world_lm
 
-from dspy_agentgrad import AgentGrad, RunMismatch
+from dspy_agentgrad import RunMismatch
 from dspy_agentgrad.testing import fake_lm
 
 JOB = Path(__file__).parent / "resume_job.py"
-FAST = dict(auto=None, retry_backoff_s=0, progress=False)
+FAST = dict(auto=None, progress=False)
 TRAIN = make_data({"extract": 2, "notes": 2, "answer": 1, "none": 1})
 VAL = make_data({"extract": 1, "notes": 1, "none": 1}, start=50)
 MODEL = "openai/gpt-4o-mini"
@@ -26,7 +26,7 @@ MODEL = "openai/gpt-4o-mini"
 
 def compile_once(log_dir, metric_fn=feedback_metric, trainset=TRAIN, **options):
     options = {"max_rounds": 1, **FAST, **options}
-    return AgentGrad(metric_fn, log_dir=log_dir, **options).compile(Pipeline(), trainset=trainset, valset=VAL)
+    return agentgrad(metric_fn, log_dir=log_dir, **options).compile(Pipeline(), trainset=trainset, valset=VAL)
 
 
 def decisions(result) -> str:

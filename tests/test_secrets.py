@@ -10,9 +10,10 @@ import pytest
 from world import Pipeline, World, feedback_metric, make_data, world_lm
 
 from dspy_agentgrad import AgentGrad
+from dspy_agentgrad.config import AgentGradConfig
 from dspy_agentgrad.testing import FakeCall, RuleEngine, fake_lm
 
-FAST = dict(auto=None, retry_backoff_s=0, progress=False)
+FAST = dict(auto=None, progress=False)
 HEADER_KEY = "hdr-secret-9f8e7d6c5b4a3210"  # only known as a header value: no pattern finds it
 API_KEY = "sk-proj-A1b2C3d4E5f6G7h8I9j0"  # the shape of an OpenAI key
 TRAIN = make_data({"extract": 2, "notes": 2, "answer": 2, "none": 2})
@@ -59,9 +60,9 @@ def test_header_values_and_echoed_keys_never_reach_files_logs_or_prompts(tmp_pat
     program.notes.lm = fake_lm(SavableEngine(gateway))
     program.notes.lm.kwargs["extra_headers"] = {"X-Api-Key": HEADER_KEY}  # as dspy.LM(..., extra_headers=...) has
     with caplog.at_level(logging.DEBUG, logger="dspy_agentgrad"):
-        compiled = AgentGrad(feedback_metric, max_rounds=2, log_dir=tmp_path, **FAST).compile(
-            program, trainset=TRAIN, valset=VAL
-        )
+        compiled = AgentGrad(
+            feedback_metric, log_dir=tmp_path, config=AgentGradConfig.from_options(max_rounds=2, **FAST)
+        ).compile(program, trainset=TRAIN, valset=VAL)
     result = compiled.detailed_results
     assert result.program_errors.get("error:LMAuthError", 0) > 0  # the 401s happened and were journaled
     written = files_in(tmp_path)
@@ -85,7 +86,9 @@ def test_a_metric_error_echoing_a_key_is_redacted_in_the_log_and_journal(tmp_pat
         return feedback_metric(gold, pred)
 
     with caplog.at_level(logging.WARNING, logger="dspy_agentgrad"):
-        AgentGrad(metric, max_rounds=1, log_dir=tmp_path, **FAST).compile(Pipeline(), trainset=TRAIN, valset=VAL)
+        AgentGrad(metric, log_dir=tmp_path, config=AgentGradConfig.from_options(max_rounds=1, **FAST)).compile(
+            Pipeline(), trainset=TRAIN, valset=VAL
+        )
     assert "judge call failed" in caplog.text and API_KEY not in caplog.text
     assert API_KEY not in (tmp_path / "memo.jsonl").read_text()
 
@@ -111,9 +114,12 @@ def test_every_credential_of_a_per_predictor_lm_is_kept_out_of_log_dir_and_mlflo
         extra_headers={"X-Api-Key": HEADER_KEY},
     )
     try:
-        AgentGrad(feedback_metric, max_rounds=1, log_dir=tmp_path / "log", use_mlflow=True, **FAST).compile(
-            program, trainset=TRAIN, valset=VAL
-        )
+        AgentGrad(
+            feedback_metric,
+            log_dir=tmp_path / "log",
+            use_mlflow=True,
+            config=AgentGradConfig.from_options(max_rounds=1, **FAST),
+        ).compile(program, trainset=TRAIN, valset=VAL)
     finally:
         while mlflow.active_run() is not None:
             mlflow.end_run()

@@ -9,9 +9,11 @@ import pytest
 from world import Pipeline, World, dumps, feedback_metric, make_data, world_lm
 
 from dspy_agentgrad import AgentGrad
+from dspy_agentgrad.config import AgentGradConfig
+from dspy_agentgrad.core.judging import acceptance
 from dspy_agentgrad.core.judging.acceptance import cannot_clear
 
-FAST = dict(retry_backoff_s=0, progress=False, auto=None)
+FAST = dict(progress=False, auto=None)
 
 
 class Recording(World):
@@ -31,7 +33,9 @@ class Recording(World):
 
 def compile_result(world: World, train, val, **options):
     dspy.configure(lm=world_lm(world))
-    return AgentGrad(feedback_metric, **{**FAST, **options}).compile(Pipeline(), trainset=train, valset=val)
+    return AgentGrad(feedback_metric, config=AgentGradConfig.from_options(**{**FAST, **options})).compile(
+        Pipeline(), trainset=train, valset=val
+    )
 
 
 def decisions(result) -> list[tuple]:
@@ -46,23 +50,22 @@ def test_cannot_clear_is_exact_for_both_acceptance_rules():
     assert not cannot_clear(Fraction(0.1) + Fraction(0.2), Fraction(0.1) + Fraction(0.2), strict=False)
 
 
-def test_early_rejection_makes_the_decisions_of_full_evaluation_with_fewer_metric_calls():
+def test_early_rejection_makes_the_decisions_of_full_evaluation_with_fewer_metric_calls(monkeypatch):
     # The extract rewrite wins its cluster and then loses every validation example but its own kind.
     train = make_data({"extract": 3, "notes": 3})
     val = make_data({"none": 16, "extract": 2, "notes": 2}, start=50)
-    runs = {
-        chunk: compile_result(
+    runs = {}
+    for chunk in (2, 10_000):
+        monkeypatch.setattr(acceptance, "EVAL_CHUNK_SIZE", chunk)  # examples scored per step of a check
+        runs[chunk] = compile_result(
             World(overfit=("extract",)),
             train,
             val,
             max_rounds=2,
             cluster_schedule=(1,),
-            eval_chunk_size=chunk,
             speculate=False,  # stacked checks score every validation example ahead
             reflect_hard_cases=False,  # the extract rewrite's hard cases would add candidates judged on clusters
         ).detailed_results
-        for chunk in (2, 10_000)
-    }
     early, full = runs[2], runs[10_000]
     assert decisions(early) == decisions(full)
     assert early.final_instructions == full.final_instructions
@@ -73,13 +76,14 @@ def test_early_rejection_makes_the_decisions_of_full_evaluation_with_fewer_metri
 
 
 @pytest.mark.parametrize("chunk", [1, 3])
-def test_chunked_runs_are_identical_at_1_and_4_threads(chunk):
+def test_chunked_runs_are_identical_at_1_and_4_threads(chunk, monkeypatch):
+    monkeypatch.setattr(acceptance, "EVAL_CHUNK_SIZE", chunk)  # examples scored per step of a check
     train = make_data({"extract": 3, "notes": 2, "answer": 1, "none": 2})
     val = make_data({"none": 5, "extract": 2, "notes": 1}, start=50)
     results = []
     for threads in (1, 4):
         result = compile_result(
-            World(overfit=("notes",)), train, val, max_rounds=3, num_threads=threads, eval_chunk_size=chunk
+            World(overfit=("notes",)), train, val, max_rounds=3, num_threads=threads
         ).detailed_results.to_dict()
         # timings differ, and LM usage (runs made ahead at 4 threads only), decisions must not
         for key in ("wall_time_s", "phase_wall_s", "options", "segments", "paid", "usage"):
@@ -121,7 +125,9 @@ def test_robust_acceptance_keeps_no_gain_that_one_validation_example_decides(nee
 
 def test_val_acceptance_must_be_known():
     with pytest.raises(ValueError, match="val_acceptance must be one of"):
-        AgentGrad(feedback_metric, val_acceptance="sometimes", **FAST, max_rounds=1)
+        AgentGrad(
+            feedback_metric, val_acceptance="sometimes", config=AgentGradConfig.from_options(**FAST, max_rounds=1)
+        )
 
 
 def test_prompt_roles_see_the_step_role_the_minimum_and_the_rejected_rewrites():
@@ -183,7 +189,9 @@ def counted_compile(world: World, train, val, score=feedback_metric, **options):
         return score(gold, pred, trace)
 
     dspy.configure(lm=world_lm(world))
-    compiled = AgentGrad(metric, **{**FAST, **options}).compile(Pipeline(), trainset=train, valset=val)
+    compiled = AgentGrad(metric, config=AgentGradConfig.from_options(**{**FAST, **options})).compile(
+        Pipeline(), trainset=train, valset=val
+    )
     return compiled.detailed_results, len(calls)
 
 

@@ -12,6 +12,7 @@ import pytest
 from world import Pipeline, World, feedback_metric, make_data, world_lm
 
 from dspy_agentgrad import AgentGrad, FirstRunsFailed
+from dspy_agentgrad.config import AgentGradConfig
 from dspy_agentgrad.program.evaluation import Evaluator
 from dspy_agentgrad.program.metric import Metric
 from dspy_agentgrad.program.runner import TIMEOUT_METRIC, TIMEOUT_RUN, ProgramRunner
@@ -104,14 +105,14 @@ def test_a_round_with_a_hung_tool_ends_counts_the_timeout_and_a_resume_does_not_
         auto=None,
         max_rounds=1,
         progress=False,
-        retry_backoff_s=0,
         train_batch_size=20,
         num_threads=4,
         run_timeout_s=TIMEOUT,
-        log_dir=tmp_path,
     )
     started = time.perf_counter()
-    first = AgentGrad(feedback_metric, **options).compile(HangingTool(), trainset=TRAIN, valset=VAL)
+    first = AgentGrad(feedback_metric, log_dir=tmp_path, config=AgentGradConfig.from_options(**options)).compile(
+        HangingTool(), trainset=TRAIN, valset=VAL
+    )
     wall = time.perf_counter() - started
     result = first.detailed_results
     assert result.program_errors.get("timeout", 0) >= 1 and result.program_errors.get(TIMEOUT_RUN, 0) >= 1
@@ -120,7 +121,9 @@ def test_a_round_with_a_hung_tool_ends_counts_the_timeout_and_a_resume_does_not_
     entered = len(ENTERED)
 
     started = time.perf_counter()
-    again = AgentGrad(feedback_metric, **options).compile(HangingTool(), trainset=TRAIN, valset=VAL)
+    again = AgentGrad(feedback_metric, log_dir=tmp_path, config=AgentGradConfig.from_options(**options)).compile(
+        HangingTool(), trainset=TRAIN, valset=VAL
+    )
     assert again.detailed_results.resumed
     assert len(ENTERED) == entered  # every abandoned run was replayed from the journal: none was made again
     assert time.perf_counter() - started < TIMEOUT + MARGIN
@@ -136,17 +139,19 @@ def test_a_limit_every_first_run_exceeds_stops_the_run_saying_which_option_to_ra
     with pytest.raises(
         FirstRunsFailed, match=r"each of its first 3 runs went past its time limit twice.*run_timeout_s"
     ):
-        AgentGrad(feedback_metric, auto=None, max_rounds=1, progress=False, run_timeout_s=TIMEOUT).compile(
-            HangingTool(), trainset=TRAIN[:4], valset=everything_hangs
-        )
+        AgentGrad(
+            feedback_metric,
+            auto=None,
+            config=AgentGradConfig.from_options(max_rounds=1, progress=False, run_timeout_s=TIMEOUT),
+        ).compile(HangingTool(), trainset=TRAIN[:4], valset=everything_hangs)
 
 
 def test_time_limits_must_be_positive_numbers():
     for bad in (0, -1, "5", float("nan"), True):
         with pytest.raises(ValueError, match="run_timeout_s must be a finite number"):
-            AgentGrad(feedback_metric, run_timeout_s=bad)
+            AgentGrad(feedback_metric, config=AgentGradConfig.from_options(run_timeout_s=bad))
     with pytest.raises(ValueError, match="metric_timeout_s"):
-        AgentGrad(feedback_metric, metric_timeout_s=0)
+        AgentGrad(feedback_metric, config=AgentGradConfig.from_options(metric_timeout_s=0))
 
 
 def _instructions() -> dict[str, str]:

@@ -14,11 +14,12 @@ import pytest
 from world import Pipeline, World, feedback_metric, make_data, world_lm
 
 from dspy_agentgrad import AgentGrad
+from dspy_agentgrad.config import AgentGradConfig
 from dspy_agentgrad.testing import fake_lm
 
 mlflow = pytest.importorskip("mlflow")
 
-FAST = dict(retry_backoff_s=0, progress=False)
+FAST = dict(progress=False)
 
 
 @pytest.fixture
@@ -38,7 +39,12 @@ def store(tmp_path, monkeypatch):
 def compile_once(**options):
     train = make_data({"extract": 3, "notes": 3, "answer": 3, "none": 3})
     val = make_data({"extract": 2, "notes": 2, "answer": 2, "none": 2}, start=100)
-    agent = AgentGrad(feedback_metric, auto=None, max_rounds=3, use_mlflow=True, **FAST, **options)
+    agent = AgentGrad(
+        feedback_metric,
+        auto=None,
+        use_mlflow=True,
+        config=AgentGradConfig.from_options(max_rounds=3, **FAST, **options),
+    )
     return agent.compile(Pipeline(), trainset=train, valset=val).detailed_results
 
 
@@ -155,11 +161,12 @@ def test_autolog_called_before_agentgrad_is_imported_still_logs_the_compile(stor
         mlflow.dspy.autolog(log_compiles=True)
         import dspy
         from dspy_agentgrad import AgentGrad  # after autolog
+        from dspy_agentgrad.config import AgentGradConfig
         from world import Pipeline, World, feedback_metric, make_data, world_lm
         dspy.configure(lm=world_lm(World()))
         train = make_data({{"extract": 3, "notes": 3, "answer": 3, "none": 3}})
         val = make_data({{"extract": 2, "notes": 2, "answer": 2, "none": 2}}, start=100)
-        agent = AgentGrad(feedback_metric, auto=None, max_rounds=1, retry_backoff_s=0, progress=False)
+        agent = AgentGrad(feedback_metric, auto=None, config=AgentGradConfig.from_options(max_rounds=1, progress=False))
         agent.compile(Pipeline(), trainset=train, valset=val)
         """
     )

@@ -10,7 +10,6 @@ import time
 import dspy
 import pytest
 
-from dspy_agentgrad.config import auto_budget
 from dspy_agentgrad.core.batches import BatchSampler
 from dspy_agentgrad.core.clustering import (
     GradientGroup,
@@ -19,6 +18,7 @@ from dspy_agentgrad.core.clustering import (
     random_minibatches,
     tfidf_groups,
 )
+from dspy_agentgrad.option_groups import auto_budget
 from dspy_agentgrad.program.prompt_text import input_values, instructions, output_fields
 from dspy_agentgrad.reporting.paired import PairedChange
 from dspy_agentgrad.runtime.budget import Budget, BudgetExhausted

@@ -13,6 +13,7 @@ roles answer with the fix token of the predictor they are asked about.
 
 from __future__ import annotations
 
+import inspect
 import json
 import re
 import zlib
@@ -20,6 +21,8 @@ from collections import Counter
 
 import dspy
 
+from dspy_agentgrad import AgentGrad
+from dspy_agentgrad.config import AgentGradConfig
 from dspy_agentgrad.testing import FakeCall, fake_lm
 
 FIELD_TO_PREDICTOR = {"keyword": "extract", "notes": "notes", "answer": "answer"}
@@ -253,3 +256,10 @@ class ShapeWorld(RoleWorld):
         if self.faulty in out and self.faulty_when(call) and not repaired:
             out[self.faulty] = self.wrong
         return out
+
+
+def agentgrad(metric, **options) -> AgentGrad:
+    """``AgentGrad`` from options by their flat names: its own keywords as keywords, the others through config=."""
+    own = set(inspect.signature(AgentGrad).parameters) - {"metric", "preset", "config"}
+    config = AgentGradConfig.from_options(**{k: v for k, v in options.items() if k not in own})
+    return AgentGrad(metric, **{k: v for k, v in options.items() if k in own}, config=config)

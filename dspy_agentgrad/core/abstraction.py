@@ -38,9 +38,10 @@ class Abstraction:
         """Step 3: one gradient per attributed failure of a predictor that may be rewritten. With
         ``candidates="demos"`` no rewrite needs one: the text is the pseudo-label itself (no LM call), which
         step 4 groups, and leaking pseudo-labels are left out (they can make no demonstration)."""
-        frozen = self.config.frozen(report.order)  # blamed and reported, never rewritten: no gradient to pay for
+        # blamed and reported, never rewritten: no gradient to pay for
+        frozen = self.config.proposals.frozen(report.order)
         items = [(name, rec) for name in report.order if name not in frozen for rec in report.attributed.get(name, [])]
-        if self.config.candidates == "demos":
+        if self.config.proposals.candidates == "demos":
             return [
                 Gradient(
                     name,
@@ -56,7 +57,7 @@ class Abstraction:
 
         def extract(item: tuple[str, AttributionRecord]) -> str | None:
             name, rec = item
-            if self.config.agent_supervision and rec.corrected:
+            if self.config.abstraction.agent_supervision and rec.corrected:
                 role = StepRole(self.signatures.get(name, ""), steps)
                 return self.proposer.gradient(role, instructions[name], rec.inputs, rec.original, rec.corrected)
             return self.proposer.system_gradient(
@@ -76,7 +77,7 @@ class Abstraction:
         predictor to blame. Each predictor ``asked`` about a hard case (its failed run) is shown its own call there
         with the expected result, as GEPA's reflection is, and asked what to change; answers of "no change" are
         dropped. Its cluster check runs on the hard cases themselves, so a rewrite must fix them to go on."""
-        frozen = self.config.frozen(order)
+        frozen = self.config.proposals.frozen(order)
         items = [
             (name, AttributionRecord(example, step.inputs, step.outputs, {}, outcome.feedback, outcome.outputs))
             for name, example, outcome in asked
@@ -110,7 +111,7 @@ class Abstraction:
         round_index: int,
     ) -> list[Gradient]:
         """The gradients ``extract`` gives for ``items`` (asked concurrently, kept in item order)."""
-        texts = parallel_map(extract, items, self.config.num_threads)
+        texts = parallel_map(extract, items, self.config.execution.num_threads)
         return [
             Gradient(name, rec, text, round_index, instructions[name])
             for (name, rec), text in zip(items, texts)
@@ -130,9 +131,9 @@ class Abstraction:
         by_predictor: dict[str, list[Gradient]] = {}
         for g in pool:
             by_predictor.setdefault(g.predictor, []).append(g)
-        if not self.config.semantic_abstraction:
+        if not self.config.abstraction.semantic_abstraction:
             for name, grads in by_predictor.items():
-                size = max(self.config.cluster_schedule)
+                size = max(self.config.abstraction.cluster_schedule)
                 for batch in random_minibatches(len(grads), size, self.rng):
                     text = "\n".join(f"- {grads[i].text}" for i in batch)
                     ready.append(Cluster(name, [grads[i] for i in batch], text))
@@ -141,7 +142,7 @@ class Abstraction:
         grouped = parallel_map(
             lambda name: self._groups(instructions[name], name, [g.text for g in by_predictor[name]], minimum),
             names,
-            self.config.num_threads,
+            self.config.execution.num_threads,
         )
         for name, groups in zip(names, grouped):
             grads = by_predictor[name]
@@ -154,15 +155,15 @@ class Abstraction:
         return ready, waiting
 
     def _groups(self, instruction: str, name: str, texts: list[str], minimum: int) -> list[GradientGroup]:
-        if self.config.candidates == "demos":  # pseudo-labels, not advice: grouped by their words, no LM call
+        if self.config.proposals.candidates == "demos":  # pseudo-labels, not advice: grouped by their words, no LM call
             return [GradientGroup(members, texts[members[0]]) for members in tfidf_groups(texts)]
-        if self.config.clustering == "lm":
+        if self.config.abstraction.clustering == "lm":
             groups = self.proposer.abstract(instruction, texts, minimum)
             if groups is not None:
                 return groups
             logger.warning("aggregator failed for %s; grouping its %d gradients with TF-IDF", name, len(texts))
-        vectors = self.proposer.embed(texts) if self.config.clustering == "embedding" else None
-        if self.config.clustering == "embedding" and vectors is None:
+        vectors = self.proposer.embed(texts) if self.config.abstraction.clustering == "embedding" else None
+        if self.config.abstraction.clustering == "embedding" and vectors is None:
             logger.warning("embedder failed for %s; grouping its %d gradients with TF-IDF", name, len(texts))
         grouped = tfidf_groups(texts) if vectors is None else embedding_groups(vectors)
         out = []

@@ -113,8 +113,8 @@ class Attributor:
         self.config = config
         self.evaluator = evaluator
         self.hint_fn = hint_fn
-        self.max_score = config.max_score
-        self.fix_score = config.max_score if config.fix_threshold is None else config.fix_threshold
+        self.max_score = config.scores.max_score
+        self.fix_score = config.scores.max_score if config.scores.fix_threshold is None else config.scores.fix_threshold
         self._instructions: Mapping[str, str] = {}  # the program of the current call, which hinted runs run
         self._speculating = False  # the current call's hinted runs are started ahead (see ``attribute``)
         self._cumulative_leaks = 0  # hint sets of the current call's cumulative pass whose fix leaked a label
@@ -147,7 +147,7 @@ class Attributor:
         passed = [i for i, o in enumerate(outcomes) if o.score >= self.max_score]
         unresolved = [i for i, o in enumerate(outcomes) if o.score < self.max_score]
         attributed: dict[str, list[AttributionRecord]] = {name: [] for name in order}
-        if not self.config.target_identification:
+        if not self.config.attribution.target_identification:
             self._assign_round_robin(examples, outcomes, unresolved, order, attributed, round_index)
             return Attribution(AttributionReport(order, attributed, [], [examples[i] for i in passed]), outcomes)
         leaked = 0
@@ -155,7 +155,7 @@ class Attributor:
         levels = list(reversed(order))
         for level, name in enumerate(levels):
             hinted = self._hinted(examples, outcomes, [(i, (name,)) for i in unresolved])
-            if level == 0 and hinted and self.evaluator.reuse and self.config.speculate:
+            if level == 0 and hinted and self.evaluator.reuse and self.config.execution.speculate:
                 reused = sum(not result.scored for _, _, result in hinted)
                 self._speculating = reused >= SPECULATE_WHEN_REUSED * len(hinted)
                 if self._speculating:
@@ -167,7 +167,7 @@ class Attributor:
                 if record is None:
                     continue
                 record.leaked = leaks_label(hints[name], record.inputs, record.corrected)
-                if self.config.leak_check and record.leaked:
+                if self.config.attribution.leak_check and record.leaked:
                     leaked += 1
                     fallback.setdefault(index, (name, record))
                     continue
@@ -178,7 +178,7 @@ class Attributor:
             attributed[name].append(record)
             unresolved.remove(index)
         single = len(outcomes) - len(passed) - len(unresolved)
-        if self.config.cumulative_hints and unresolved:
+        if self.config.attribution.cumulative_hints and unresolved:
             try:
                 self._cumulative(examples, outcomes, unresolved, order, attributed)
             except BudgetExhausted as stop:  # what it explained before the stop stays explained
@@ -250,7 +250,7 @@ class Attributor:
         pass goes on to earlier predictors, and pruning keeps a hint whose drop leaves only a leaking fix."""
         if not self._fixes(result, original):
             return False
-        if not self.config.leak_check:
+        if not self.config.attribution.leak_check:
             return True
         leaks = any(
             leaks_label(hint, step.inputs, step.outputs) for n, hint in hints.items() for step in result.calls(n)
@@ -452,7 +452,7 @@ class Attributor:
             return
         name = order[round_index % len(order)]
         hinted = {}
-        if self.config.agent_supervision:
+        if self.config.abstraction.agent_supervision:
             hinted = {i: (h, r) for i, h, r in self._hinted(examples, outcomes, [(i, (name,)) for i in unresolved])}
         for index in unresolved:
             step = outcomes[index].first_step(name)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import random
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
 
 import dspy
 
@@ -62,7 +61,7 @@ class RoundEngine:
         valset: list[dspy.Example],
         emit: Dispatcher | None = None,
     ):
-        config = replace(config, speculate=speculation_helps(config, budget))
+        config = config.with_options(speculate=speculation_helps(config, budget))
         if budget.task_capped:  # runs in flight together would race for the cap: which one it refuses is timing
             evaluator.num_threads = 1  # one program run at a time, in order: the same stop at any thread count
         self.config = config
@@ -72,8 +71,8 @@ class RoundEngine:
         self.trainset = trainset
         self.valset = valset
         self.emit = emit or Dispatcher()
-        self.rng = random.Random(config.seed)
-        self.sampler = BatchSampler(len(trainset), config.train_batch_size, self.rng)
+        self.rng = random.Random(config.execution.seed)
+        self.sampler = BatchSampler(len(trainset), config.attribution.train_batch_size, self.rng)
         self.attributor = Attributor(config, evaluator, hint_fn)
         self.abstraction = Abstraction(config, proposer, signatures, self.rng)
         self.rewriter = Rewriter(config, proposer, signatures, state)
@@ -81,7 +80,14 @@ class RoundEngine:
         acceptance = Acceptance(config, evaluator, budget, valset, state, self.emit, self.verdicts)
         speculation = Speculation(config, evaluator, proposer, budget, valset, state, self.rewriter, acceptance)
         self.starting = StartingValidation(
-            evaluator, budget, state, trainset, valset, self.emit, config.num_threads, config.objective_guards
+            evaluator,
+            budget,
+            state,
+            trainset,
+            valset,
+            self.emit,
+            config.execution.num_threads,
+            config.judging.objective_guards,
         )
         self.sources = sources_for(
             config, self.rewriter, self.abstraction, speculation, state, self.verdicts, self.emit
@@ -112,7 +118,7 @@ class RoundEngine:
         """
         sizes, cap = (len(self.trainset), len(self.valset)), self.budget.max_metric_calls
         self.emit("on_run_start", RunStart(list(self.state.instructions), *sizes, cap, max_rounds, resumed))
-        with ThreadPoolExecutor(max_workers=1) as background, shared_threads(self.config.num_threads):
+        with ThreadPoolExecutor(max_workers=1) as background, shared_threads(self.config.execution.num_threads):
             try:
                 self.starting.start(background)
                 idle_rounds = 0
@@ -123,7 +129,7 @@ class RoundEngine:
                         self.state.stop_reason = "no failures left on the training set"
                         break
                     idle_rounds = idle_rounds + 1 if self.budget.metric_calls == spent else 0
-                    if idle_rounds >= len(self.config.cluster_schedule):
+                    if idle_rounds >= len(self.config.abstraction.cluster_schedule):
                         self.state.stop_reason = f"stalled: {idle_rounds} rounds without a metric call"
                         break
                 else:
@@ -167,13 +173,13 @@ class RoundEngine:
         """One round; returns its record (also appended to ``self.state.rounds``)."""
         r = self.state.round_index
         self.evaluator.drop_ahead()  # runs made ahead in an earlier round that nothing asked for
-        minimum = min_cluster_size(self.config.cluster_schedule, r)
+        minimum = min_cluster_size(self.config.abstraction.cluster_schedule, r)
         batch = [self.trainset[i] for i in self.sampler.next()]
         self.emit("on_round_start", RoundStart(r, minimum, len(batch), self.budget.metric_calls))
         self._attributed = self.state.instructions
         attribution = self.attribute(batch)
         report = attribution.report
-        failures = sum(o.score < self.config.max_score for o in attribution.outcomes)
+        failures = sum(o.score < self.config.scores.max_score for o in attribution.outcomes)
         self.emit("on_attribution", AttributionDone(r, report, failures, self.budget.metric_calls))
         self.state.blame += report.blame(r)
         fresh = self.abstraction.gradients(report, self.state.instructions, r)
@@ -184,7 +190,7 @@ class RoundEngine:
             g
             for g in self.state.waiting
             if (g.predictor, example_key(g.record.example)) not in fresh_keys
-            and r - g.round < len(self.config.cluster_schedule)
+            and r - g.round < len(self.config.abstraction.cluster_schedule)
             and g.instruction == self.state.instructions[g.predictor]
         ]
         ready, self.state.waiting = self.abstraction.abstract(fresh + carried, minimum, self.state.instructions)

@@ -32,7 +32,7 @@ class Rewriter:
         """The longest rewrite of ``predictor``: ``max_instruction_chars``, or for an instruction that was already
         longer when the run started, its starting length plus ``OVER_CAP_ROOM`` of the cap (else no rewrite
         could ever be judged)."""
-        cap, start = self.config.max_instruction_chars, self.starting_chars.get(predictor or "", 0)
+        cap, start = self.config.proposals.max_instruction_chars, self.starting_chars.get(predictor or "", 0)
         return cap if start <= cap else start + int(cap * OVER_CAP_ROOM)
 
     def request(self, cluster: Cluster, program: Mapping[str, str] | None = None) -> RewriteRequest:
@@ -69,10 +69,10 @@ class Rewriter:
         cap, start = self.max_chars(predictor), self.starting_chars.get(predictor or "", 0)
         if len(proposal) <= cap:
             return None
-        if cap == self.config.max_instruction_chars:
+        if cap == self.config.proposals.max_instruction_chars:
             return f"rewrite longer than max_instruction_chars={cap} ({len(proposal)} characters)"
         return (
             f"rewrite longer than {cap} characters ({len(proposal)}): the starting instruction was already over "
-            f"max_instruction_chars={self.config.max_instruction_chars} ({start} characters), so its rewrites may "
-            f"have up to {cap}"
+            f"max_instruction_chars={self.config.proposals.max_instruction_chars} ({start} characters), so its "
+            f"rewrites may have up to {cap}"
         )

@@ -34,7 +34,7 @@ def speculation_helps(config: AgentGradConfig, budget: Budget) -> bool:
     """Whether the run speculates: with ``speculate`` on, several threads (at one thread nothing runs beside
     anything, and the work done ahead only adds task-LM calls) and no task-LM cap (runs made ahead spend task-LM
     calls and tokens the procedure without speculation would not, and a cap binds in the order calls are made)."""
-    return config.speculate and config.num_threads > 1 and not budget.task_capped
+    return config.execution.speculate and config.execution.num_threads > 1 and not budget.task_capped
 
 
 class Speculation:
@@ -76,13 +76,13 @@ class Speculation:
         program = self.state.instructions
         requests = [self.rewriter.request(c) for c in firsts.values() if self.acceptance.affordable(program, c)]
         if len(requests) > 1:
-            parallel_map(self.proposer.rewrite, requests, self.config.num_threads)
+            parallel_map(self.proposer.rewrite, requests, self.config.execution.num_threads)
 
     def may_ask_ahead(self) -> bool:
         """Prompt-LM calls the sequential procedure may not make are asked only with ``speculate`` on and no
         prompt-LM cap (a rewrite asked ahead could take tokens a call that comes first needs)."""
         budget = self.budget
-        return self.config.speculate and budget.max_prompt_tokens is None and budget.max_prompt_cost is None
+        return self.config.execution.speculate and budget.max_prompt_tokens is None and budget.max_prompt_cost is None
 
     def prefetch_judging(self, ready: list[Cluster], round_index: int, validation: bool = True) -> None:
         """Run the round's candidate checks ahead, as if every candidate wins.
@@ -127,7 +127,7 @@ class Speculation:
         winners are validated together); each cluster's examples under the programs up to its own
         candidate (its "before" and "after")."""
         before = [self.state.instructions] + [program for program, _ in stack[:-1]]
-        validated = [stack[-1][0]] if self.config.validate_together else [program for program, _ in stack]
+        validated = [stack[-1][0]] if self.config.judging.validate_together else [program for program, _ in stack]
         chains = [(ex, validated) for ex in self.valset] if validation else []
         for level, (_, cluster) in enumerate(stack):
             chains += [(g.record.example, before[: level + 1] + [stack[level][0]]) for g in cluster.members]

@@ -21,9 +21,10 @@ from typing import Any
 import dspy
 
 from ..arguments import ArgumentParser, at_least, fraction, new_or_folder
-from ..config import VAL_ACCEPTANCE
+from ..config import AgentGradConfig
 from ..core.events import AgentGradCallback, AttributionDone, ValidationScored
 from ..embedded_lm.grammar import OutputLimits
+from ..option_groups import VAL_ACCEPTANCE
 from ..program.interception import HINT_DELIVERIES
 from ..reporting.paired import PairedChange
 from ..runtime.jsonable import to_jsonable
@@ -155,20 +156,22 @@ def run_demo(
             task_model=task_lm,
             auto=None,
             max_metric_calls=settings.max_metric_calls,
-            max_rounds=settings.max_rounds,
             hint_fn=demo_task.demo_hint if settings.hint_delivery == "demo" else demo_task.hint,
-            hint_delivery=settings.hint_delivery,
-            fix_threshold=settings.fix_threshold,
-            cluster_schedule=settings.cluster_schedule,
-            clustering=settings.clustering,
             candidates=settings.candidates,
-            max_demos=settings.max_demos,
             val_acceptance=settings.val_acceptance,
-            train_batch_size=len(train),
             num_threads=settings.num_threads,
             seed=settings.seed,
             log_dir=out / "agentgrad",
             callbacks=[log],
+            config=AgentGradConfig.from_options(
+                max_rounds=settings.max_rounds,
+                hint_delivery=settings.hint_delivery,
+                fix_threshold=settings.fix_threshold,
+                cluster_schedule=settings.cluster_schedule,
+                clustering=settings.clustering,
+                max_demos=settings.max_demos,
+                train_batch_size=len(train),
+            ),
         )
         compiled = optimizer.compile(program, trainset=train, valset=val)
         result = compiled.detailed_results

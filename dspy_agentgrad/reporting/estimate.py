@@ -21,7 +21,7 @@ is not sampled). A predictor's first accepted rewrite fixes the held-out share; 
 fixes the rest as the sampled rewrites fixed their own failures (a later batch shows them).
 
 It is an estimate, not a bound: the worst case (``worst_case_metric_calls``) is the
-``auto`` formula of :func:`dspy_agentgrad.config.auto_budget`.
+``auto`` formula of :func:`dspy_agentgrad.option_groups.auto_budget`.
 """
 
 from __future__ import annotations
@@ -197,7 +197,7 @@ def project_calls(
     rewrite changes: those failing for that predictor, and the others when a change shows. A
     winner fixes the sampled share of its predictor's failures (all of them when not sampled).
     """
-    batch = min(config.train_batch_size, n_train)
+    batch = min(config.attribution.train_batch_size, n_train)
     hints = sample.hints_per_failure if sample.hints_per_failure is not None else (len(predictors) + 1) / 2
     blame = sample.blame if sample.blame is not None else {name: 1 / len(predictors) for name in predictors}
     change = 1 - sample.reuse_rate  # a run under another program, not fixed by it: share whose output changes
@@ -236,14 +236,14 @@ def project_calls(
             # no gradient left to learn from: the engine runs the rest of the training set under the
             # final program, then stops after rounds without a metric call
             rest = n_train - current
-            sweep = math.ceil(rest / batch - 0.01) + len(config.cluster_schedule)
+            sweep = math.ceil(rest / batch - 0.01) + len(config.abstraction.cluster_schedule)
             if max_metric_calls is not None:
                 rest = min(rest, max(0.0, max_metric_calls - tally.metric_calls))
             tally.metric_calls += max(0.0, n_train - ever) + (rest - max(0.0, n_train - ever)) * change
             tally.rounds = min(limit, tally.rounds + sweep)
             break
         spent = runs + sum(rates.values()) * fresh * hints
-        minimum = min_cluster_size(config.cluster_schedule, tally.rounds)
+        minimum = min_cluster_size(config.abstraction.cluster_schedule, tally.rounds)
         gradients, candidates, stacked = 0.0, 0.0, 0.0
         for name in [n for n in predictors if n in trainable]:
             pool = rates[name] * batch + waiting[name]
@@ -256,7 +256,7 @@ def project_calls(
             # one shared pass under ``validate_together``)
             # a losing rewrite proposed again is judged on runs paid for already once the batch holds no new run
             cached = (1 - win) * repeat if fresh < 0.5 else 0.0
-            spent += pool * check * (1 - cached) + (0.0 if config.validate_together else win * changed_val)
+            spent += pool * check * (1 - cached) + (0.0 if config.judging.validate_together else win * changed_val)
             stacked += rates[name]
             candidates, waiting[name] = candidates + 1, 0.0
             # an accepted rewrite fixes (that share of) its predictor's failures
@@ -264,9 +264,9 @@ def project_calls(
             rewritten.add(name)
             if rates[name] * n_train < 1:
                 rates[name] = 0.0  # not one failure of it left in the training set
-        if config.validate_together:  # one pass per window of ``stack_rounds`` rounds with a winner
+        if config.judging.validate_together:  # one pass per window of ``stack_rounds`` rounds with a winner
             stack = [stack[0] + stacked, stack[1] + candidates]
-            if stack[1] and (tally.rounds + 1) % config.stack_rounds == 0:
+            if stack[1] and (tally.rounds + 1) % config.judging.stack_rounds == 0:
                 spent += _stack_pass(n_val, win, change, stack[0], stack[1])
                 stack = [0.0, 0.0]
         if max_metric_calls is not None and tally.metric_calls + spent > max_metric_calls:
@@ -278,7 +278,7 @@ def project_calls(
         ever = min(n_train, ever + fresh)
         current = min(n_train, current + fresh) * (1 - win) ** candidates
         idle = idle + 1 if spent < 0.5 else 0
-        if idle >= len(config.cluster_schedule):
+        if idle >= len(config.abstraction.cluster_schedule):
             break  # the engine stops: rounds without a new program run
     last = _stack_pass(n_val, win, change, stack[0], stack[1]) if stack[1] else 0.0
     if max_metric_calls is None or tally.metric_calls + last <= max_metric_calls:
@@ -323,7 +323,7 @@ def build_estimate(
     usd = None if unpriced else prices["task"](task_usage) + prices["prompt"](prompt_usage)
     seconds_per_run = sample.seconds / sample.runs if sample.runs else 0.0
     seconds_per_lm_call = seconds_per_run / max(1.0, sample.per_run("calls"))
-    wall = (runs * seconds_per_run + prompt_calls * seconds_per_lm_call) / config.num_threads
+    wall = (runs * seconds_per_run + prompt_calls * seconds_per_lm_call) / config.execution.num_threads
     return Estimate(
         metric_calls=runs,
         worst_case_metric_calls=worst_case,
@@ -336,7 +336,7 @@ def build_estimate(
         usd=usd,
         unpriced=unpriced,
         wall_time_s=wall,
-        num_threads=config.num_threads,
+        num_threads=config.execution.num_threads,
         sample=sample,
     )
 

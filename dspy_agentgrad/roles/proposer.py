@@ -83,7 +83,6 @@ class Proposer:
         ledger: UsageLedger,
         retry: RetryPolicy,
         price: Callable[[dict], float] | None = None,
-        max_field_chars: int = MAX_FIELD_CHARS,
         instruction_proposer: InstructionProposer | None = None,
         embedder: Callable[[list[str]], Any] | None = None,
     ):
@@ -95,7 +94,6 @@ class Proposer:
         self.budget = budget
         self.ledger = ledger
         self.retry = retry
-        self.max_field_chars = max_field_chars
         self.failures: Counter[str] = Counter()
         self._lock = threading.Lock()
         self._answered = False  # a prompt-LM call succeeded in this compile
@@ -220,8 +218,8 @@ class Proposer:
         return self.budget.reserve(key, sum(bound.values()), self._price(bound), current_batch())
 
     def fields(self, values: dict[str, Any]) -> str:
-        """Field values as prompt text, each cut to ``max_field_chars``."""
-        return format_fields(values, self.max_field_chars)
+        """Field values as prompt text, each cut to :data:`MAX_FIELD_CHARS`."""
+        return format_fields(values)
 
     def gradient(
         self, role: StepRole, instruction: str, step_inputs: dict, original: dict, corrected: dict

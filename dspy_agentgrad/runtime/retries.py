@@ -20,7 +20,7 @@ with what to check (:func:`setup_fix`), so a run that meets them on its first ca
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
 from typing import Any
 
@@ -101,6 +101,8 @@ def setup_fix(error_type: str) -> str | None:
 
 #: The longest wait a server's ``Retry-After`` can impose before one retry.
 MAX_RETRY_AFTER_S = 120.0
+#: Seconds before the first retry, doubled at each next one. A constant, not an option.
+RETRY_BACKOFF_S = 1.0
 
 
 def _header_seconds(headers: Any) -> float | None:
@@ -146,7 +148,7 @@ class RetryPolicy:
     """How often and how long to retry a transient error (rate limits, timeouts)."""
 
     attempts: int = 3
-    backoff_s: float = 1.0
+    backoff_s: float = field(default_factory=lambda: RETRY_BACKOFF_S)  # read when built: tests set it to 0
     max_retry_after_s: float = MAX_RETRY_AFTER_S
 
     def delay(self, attempt: int, error: BaseException | None = None) -> float:

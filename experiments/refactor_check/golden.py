@@ -29,16 +29,17 @@ def strip(obj):
 
 def world_run(threads: int, out: Path) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from tests.world import Pipeline, World, feedback_metric, make_data, world_lm
-
     from dspy_agentgrad import AgentGrad
+    from dspy_agentgrad.config import AgentGradConfig
+    from tests.world import Pipeline, World, feedback_metric, make_data, world_lm
 
     dspy.configure(lm=world_lm(World()))
     train = make_data({"extract": 3, "notes": 2, "answer": 2, "either": 1, "extract+notes": 1, "none": 3})
     val = make_data({"extract": 2, "notes": 2, "answer": 1, "none": 2}, start=50)
     with tempfile.TemporaryDirectory() as log_dir:
-        AgentGrad(feedback_metric, max_rounds=4, num_threads=threads, seed=0, retry_backoff_s=0, progress=False,
-                  log_dir=log_dir).compile(Pipeline(), trainset=train, valset=val)
+        AgentGrad(feedback_metric, num_threads=threads, seed=0, log_dir=log_dir,
+                  config=AgentGradConfig.from_options(max_rounds=4, progress=False)).compile(Pipeline(), trainset=train,
+                                                                                           valset=val)
         (out / f"world_t{threads}.json").write_text(Path(log_dir, "result.json").read_text())
 
 

@@ -14,7 +14,7 @@ from fractions import Fraction
 
 import dspy
 
-from ...config import AgentGradConfig
+from ...config import EVAL_CHUNK_SIZE, AgentGradConfig
 from ...program.evaluation import Evaluator
 from ...program.objectives import guard_violations, objective_means
 from ...program.runs import Outcome
@@ -135,7 +135,7 @@ class Acceptance:
         examples: list[dspy.Example],
     ) -> bool:
         """Whether ``candidate`` beats ``program`` on its cluster's examples (both scores go into ``record``)."""
-        chunk, top = self.config.eval_chunk_size, self.config.max_score
+        chunk, top = EVAL_CHUNK_SIZE, self.config.scores.max_score
         if len(examples) <= chunk:  # one batch for both sides of the cluster check
             before_out, after_out = self.evaluator.evaluate_many(
                 [(program, examples), (candidate, examples)], "minibatch"
@@ -158,7 +158,7 @@ class Acceptance:
 
         An accepted candidate's validation scores become the new bar (the caller installs the candidate).
         """
-        strict = self.config.val_acceptance != "non_decreasing"  # "robust" is strict, and more
+        strict = self.config.judging.val_acceptance != "non_decreasing"  # "robust" is strict, and more
         total = self._validation_total(record, candidate, strict)
         if total is None:
             return False
@@ -167,7 +167,9 @@ class Acceptance:
             self.verdicts.reject(record, "no gain on validation")
             return False
         outcomes = self.evaluator.evaluate(candidate, self.valset, "validate")  # all cached: free
-        if self.config.val_acceptance == "robust" and not gain_survives_dropping_best(outcomes, state.best_val_scores):
+        if self.config.judging.val_acceptance == "robust" and not gain_survives_dropping_best(
+            outcomes, state.best_val_scores
+        ):
             self.verdicts.reject(record, "its gain on validation rests on one example")
             return False
         if self._guard_blocks(record, outcomes):
@@ -211,7 +213,7 @@ class Acceptance:
         so that the winner goes, as it would judged alone on top of the others: a tie is no gain (with
         ``val_acceptance="non_decreasing"`` it is, and the winner stays). When it goes, ``without``'s scores become
         the bar (the caller installs it)."""
-        strict = self.config.val_acceptance == "non_decreasing"
+        strict = self.config.judging.val_acceptance == "non_decreasing"
         total = self._validation_total(record, without, strict)
         if total is None or cannot_clear(total, self.state.best_val_total, strict):
             return False
@@ -225,7 +227,7 @@ class Acceptance:
         """Record the candidate's objectives on validation; True (with the reason) when a guarded one falls
         below the best program's by more than its tolerance (``objective_guards``)."""
         record.objectives = objective_means(o.objectives for o in outcomes)
-        fell = guard_violations(self.config.objective_guards, self.state.best_val_objectives, record.objectives)
+        fell = guard_violations(self.config.judging.objective_guards, self.state.best_val_objectives, record.objectives)
         if fell:
             self.verdicts.reject(record, "a guarded objective fell on validation: " + "; ".join(fell))
         return bool(fell)
@@ -246,8 +248,8 @@ class Acceptance:
             "validate",
             state.best_val_total,
             strict=strict,
-            max_score=self.config.max_score,
-            chunk_size=self.config.eval_chunk_size,
+            max_score=self.config.scores.max_score,
+            chunk_size=EVAL_CHUNK_SIZE,
         )
         if result.stopped_early:
             self.verdicts.reject(

@@ -51,11 +51,9 @@ def sources_for(
     verdicts: Verdicts,
     emit: Dispatcher,
 ) -> Sources:
-    """The composition ``config.candidates`` names (reflections feed rewrites, so they go with them)."""
-    kinds = config.candidates
-    demos = (
-        DemoSource(state, verdicts, emit, config.max_demos, config.max_field_chars) if kinds != "instructions" else None
-    )
+    """The composition ``config.proposals.candidates`` names (reflections feed rewrites, so they go with them)."""
+    kinds = config.proposals.candidates
+    demos = DemoSource(state, verdicts, emit, config.proposals.max_demos) if kinds != "instructions" else None
     rewrites = RewriteSource(rewriter, speculation, state, verdicts, emit) if kinds != "demos" else None
-    reflections = ReflectionSource(abstraction, state) if rewrites and config.reflect_hard_cases else None
+    reflections = ReflectionSource(abstraction, state) if rewrites and config.proposals.reflect_hard_cases else None
     return Sources([s for s in (demos, rewrites) if s is not None], rewrites, reflections)

@@ -14,12 +14,11 @@ from .base import Afford
 class DemoSource:
     """One candidate per predictor, from all of its clusters of the round (see :func:`pooled`)."""
 
-    def __init__(self, state: RunState, verdicts: Verdicts, emit: Dispatcher, max_demos: int, max_field_chars: int):
+    def __init__(self, state: RunState, verdicts: Verdicts, emit: Dispatcher, max_demos: int):
         self.state = state
         self.verdicts = verdicts
         self.emit = emit
         self.max_demos = max_demos
-        self.max_field_chars = max_field_chars
 
     def prefetch(self, ready: list[Cluster]) -> None:
         """Nothing to ask ahead: a demonstration is made without an LM call."""
@@ -44,7 +43,7 @@ class DemoSource:
         if afford is not None:
             afford()
         record.demos = demos
-        shown = f"{len(demos)} demonstration(s): " + "; ".join(format_fields(d, self.max_field_chars) for d in demos)
+        shown = f"{len(demos)} demonstration(s): " + "; ".join(format_fields(d) for d in demos)
         self.emit(
             "on_candidate_proposed",
             CandidateProposed(self.state.round_index, name, len(cluster.members), cluster.text, shown),
