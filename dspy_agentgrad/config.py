@@ -8,8 +8,8 @@ from typing import Any
 
 from .identity import check_resume_despite
 from .program.executor import check_executor
+from .program.hint_delivery import HINT_DELIVERIES
 from .program.hints import PLACEBOS
-from .program.interception import HINT_DELIVERIES
 from .program.objectives import check_guards
 
 #: Candidates per preset, as dspy.GEPA's ``AUTO_RUN_SETTINGS``: equal ``auto`` means equal budgets.

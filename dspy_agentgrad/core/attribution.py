@@ -17,7 +17,7 @@ import dspy
 from ..config import AgentGradConfig
 from ..program.evaluation import Evaluator, Intervention
 from ..program.hints import PLACEBOS, Hint, as_hint, leaks_label
-from ..program.interception import call_key
+from ..program.run_control import call_key
 from ..program.runs import Outcome, Step
 from ..runtime.budget import BudgetExhausted
 from ..runtime.jsonable import digest

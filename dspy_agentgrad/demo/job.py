@@ -24,7 +24,7 @@ from ..arguments import ArgumentParser, at_least, fraction, new_or_folder
 from ..config import VAL_ACCEPTANCE
 from ..core.events import AgentGradCallback, AttributionDone, ValidationScored
 from ..embedded_lm.grammar import OutputLimits
-from ..program.interception import HINT_DELIVERIES
+from ..program.hint_delivery import HINT_DELIVERIES
 from ..reporting.paired import PairedChange
 from ..runtime.jsonable import to_jsonable
 from ..runtime.usage import track
