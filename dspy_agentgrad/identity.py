@@ -16,8 +16,8 @@ import dspy
 from pydantic import BaseModel
 
 from .roles import signatures
+from .runtime.fingerprint import OVERRIDABLE
 from .runtime.jsonable import digest
-from .runtime.store import OVERRIDABLE
 
 #: Settings of ``dspy.LM`` that change what the model generates (an allowlist: nothing else is written).
 GENERATION_KEYS = (

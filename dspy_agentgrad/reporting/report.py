@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..runtime.store import atomic_write_bytes, atomic_write_text
+from ..runtime.atomic_files import atomic_write_bytes, atomic_write_text
 from .results import AgentGradResult
 
 REPORT_FILE = "report.html"
