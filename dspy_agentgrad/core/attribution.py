@@ -203,7 +203,7 @@ class Attributor:
         """The pseudo-label of predictor ``name`` when ``result`` fixes the failure; None when the run is
         not fixed or the hint changed none of the predictor's outputs.
 
-        ``pin``: the call the hint fixed, found by :meth:`_pin_calls` (a call of ``witness``, the run without
+        ``pin``: the call the hint fixed, found by :meth:`pin_calls` (a call of ``witness``, the run without
         this hint, the original run by default), and the run where only that call got the hint: the label is
         that call's answer there. Otherwise the call taken is the one :func:`changed_calls` lists first.
         """

@@ -5,17 +5,52 @@ its hint's information was needed."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import dspy
 
+from ..config import AgentGradConfig
 from ..program.hints import PLACEBOS, Hint, leaks_label
-from ..program.runs import Outcome
+from ..program.runs import Outcome, Step
 from .hinted_calls import PinCase
 from .state import AttributionRecord
 
-if TYPE_CHECKING:
-    from .attribution import Attributor
+
+class HintedRuns(Protocol):
+    """What the pass asks of the attributor (:class:`.attribution.Attributor`): its hinted runs, and how it reads
+    a fix and its pseudo-label."""
+
+    config: AgentGradConfig
+    speculating: bool
+
+    def hinted(
+        self,
+        examples: list[dspy.Example],
+        outcomes: list[Outcome],
+        items: list[tuple[int, tuple[str, ...]]] | list[tuple[int, tuple[str, ...], set[str]]],
+        phase: str = ...,
+        ahead: bool = ...,
+        variant: int = ...,
+        references: dict[int, tuple[Outcome, frozenset[str]]] | None = ...,
+    ) -> list[tuple[int, dict[str, Hint], Outcome]]: ...
+
+    def hint(self, example: dspy.Example, outcome: Outcome, name: str) -> Hint | None: ...
+
+    def fixes(self, result: Outcome, original: Outcome) -> bool: ...
+
+    def fix_record(
+        self,
+        example: dspy.Example,
+        original: Outcome,
+        result: Outcome,
+        name: str,
+        witness: Outcome | None = ...,
+        pin: tuple[Step, Outcome] | None = ...,
+    ) -> AttributionRecord | None: ...
+
+    def pin_calls(
+        self, examples: list[dspy.Example], outcomes: list[Outcome], name: str, cases: dict[int, PinCase]
+    ) -> dict[int, tuple[Step, Outcome]]: ...
 
 
 @dataclass
@@ -24,7 +59,7 @@ class CumulativePass:
     attributor's hinted runs. ``leaks``: hint sets whose fix leaked a label; ``placebo_withheld``: kept hints a
     placebo replaced as well."""
 
-    attributor: Attributor
+    attributor: HintedRuns
     examples: list[dspy.Example]
     outcomes: list[Outcome]
     leaks: int = 0
