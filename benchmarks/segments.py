@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dspy_agentgrad.runtime.store import atomic_write_json
+from dspy_agentgrad.runtime.atomic_files import atomic_write_json
 
 logger = logging.getLogger(__name__)
 

@@ -30,9 +30,9 @@ from .reporting.estimate import Estimate
 from .reporting.report import write_report
 from .reporting.results import AgentGradResult, AttributionRecord, AttributionReport, CandidateRecord, RoundRecord
 from .roles.instruction_proposer import RewriteRequest
+from .runtime.fingerprint import RunMismatch
 from .runtime.retries import FirstRunsFailed
 from .runtime.run_lock import LogDirBusy
-from .runtime.store import RunMismatch
 from .teleprompter import AgentGrad
 
 __all__ = [

@@ -8,10 +8,10 @@ from typing import Any
 
 from .option_checks import check_int, check_number, check_scores, is_int
 from .program.executor import check_executor
-from .program.interception import HINT_DELIVERIES
+from .program.hint_delivery import HINT_DELIVERIES
 from .program.objectives import check_guards
 from .runtime.budget import Budget
-from .runtime.store import OVERRIDABLE
+from .runtime.fingerprint import OVERRIDABLE
 
 #: Candidates per preset, as dspy.GEPA's ``AUTO_RUN_SETTINGS``: equal ``auto`` means equal budgets.
 AUTO_CANDIDATES = {"light": 6, "medium": 12, "heavy": 18}

@@ -21,7 +21,7 @@ from .core.engine import RoundEngine
 from .core.state import CandidateRecord, Cluster, exact_total
 from .program.evaluation import Evaluator
 from .program.program_state import ProgramState
-from .reporting.estimate import SampleStats
+from .reporting.projection import SampleStats
 
 
 def measure_sample(

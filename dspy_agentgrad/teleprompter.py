@@ -41,10 +41,11 @@ from .reporting.results import AgentGradResult, AttributionReport
 from .reporting.tracking import MlflowTracker, autolog_logs_compiles, follow_dspy_autolog, import_mlflow
 from .reporting.wandb_tracking import WandbSettings, WandbTracker, import_wandb
 from .roles.instruction_proposer import InstructionProposer
+from .runtime.atomic_files import atomic_write_json, atomic_write_text
 from .runtime.budget import Budget, BudgetExhausted
+from .runtime.fingerprint import check_fingerprint
 from .runtime.redaction import Redactor, redacted_logs
 from .runtime.run_lock import LogDirLock
-from .runtime.store import atomic_write_json, atomic_write_text, check_fingerprint
 from .sampling import measure_sample
 from .wiring import RunParts, estimator, run_lms, run_parts, run_redactor
 

@@ -21,7 +21,8 @@ from .program.executor import executor_of
 from .program.hints import default_hint
 from .program.metric import Metric
 from .program.runner import ProgramRunner
-from .reporting.estimate import Estimate, RunSoFar, SampleStats, build_estimate
+from .reporting.estimate import Estimate, build_estimate
+from .reporting.projection import RunSoFar, SampleStats
 from .roles.instruction_proposer import InstructionProposer
 from .roles.proposer import Proposer
 from .runtime.budget import Budget

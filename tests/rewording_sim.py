@@ -30,7 +30,7 @@ from world import Pipeline, World, feedback_metric, make_data, retrieve, world_l
 
 from dspy_agentgrad import AgentGrad  # noqa: E402
 from dspy_agentgrad.config import AgentGradConfig
-from dspy_agentgrad.program.interception import HINT_FIELD  # noqa: E402
+from dspy_agentgrad.program.hint_delivery import HINT_FIELD  # noqa: E402
 from dspy_agentgrad.testing import FakeCall, fake_lm  # noqa: E402
 
 TRAIN = {"extract+notes": 6, "notes+answer": 5, "extract+answer": 5, "extract": 2, "notes": 2, "answer": 2}

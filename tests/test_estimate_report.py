@@ -15,8 +15,10 @@ from world import Pipeline, World, counted, feedback_metric, make_data, world_lm
 from dspy_agentgrad import AgentGrad, AgentGradResult, write_report
 from dspy_agentgrad.cli import main as cli_main
 from dspy_agentgrad.config import AgentGradConfig
-from dspy_agentgrad.reporting.estimate import SampleStats, build_estimate
-from dspy_agentgrad.reporting.report import candidate_positions, render_html, word_diff
+from dspy_agentgrad.reporting.charts import candidate_positions
+from dspy_agentgrad.reporting.estimate import build_estimate
+from dspy_agentgrad.reporting.projection import SampleStats
+from dspy_agentgrad.reporting.report import render_html, word_diff
 from dspy_agentgrad.reporting.results import why_unchanged
 
 FAST = dict(progress=False)

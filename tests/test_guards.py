@@ -253,7 +253,7 @@ def test_report_on_a_damaged_result_json_names_the_file_and_what_to_do(tmp_path)
 
 
 def test_a_full_disk_leaves_no_temp_file_and_the_old_state_intact(tmp_path, monkeypatch):
-    from dspy_agentgrad.runtime.store import atomic_write_json
+    from dspy_agentgrad.runtime.atomic_files import atomic_write_json
 
     path = tmp_path / "state.json"
     atomic_write_json(path, {"round": 1})

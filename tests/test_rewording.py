@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from rewording_sim import TRAIN, RewordingWorld, attribute, kind
 
+from dspy_agentgrad.program.hint_delivery import HINT_FIELD, HINT_HEADER
 from dspy_agentgrad.program.hints import PLACEBOS
-from dspy_agentgrad.program.interception import HINT_FIELD, HINT_HEADER
 from dspy_agentgrad.testing import FakeCall
 
 DOUBLE = [k for k in TRAIN if "+" in k]

@@ -11,16 +11,11 @@ import dspy
 import pytest
 
 from dspy_agentgrad.core.batches import BatchSampler
-from dspy_agentgrad.core.clustering import (
-    GradientGroup,
-    min_cluster_size,
-    normalize_clusters,
-    random_minibatches,
-    tfidf_groups,
-)
+from dspy_agentgrad.core.clustering import min_cluster_size, random_minibatches, tfidf_groups
 from dspy_agentgrad.option_groups import auto_budget
 from dspy_agentgrad.program.prompt_text import input_values, instructions, output_fields
 from dspy_agentgrad.reporting.paired import PairedChange
+from dspy_agentgrad.roles.gradient_groups import GradientGroup, normalize_clusters
 from dspy_agentgrad.runtime.budget import Budget, BudgetExhausted
 from dspy_agentgrad.runtime.paid_work import PaidWork
 from dspy_agentgrad.runtime.retries import RetryPolicy, error_kind, is_transient

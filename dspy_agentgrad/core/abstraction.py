@@ -16,9 +16,10 @@ import dspy
 
 from ..config import AgentGradConfig
 from ..program.runs import Outcome
+from ..roles.gradient_groups import GradientGroup
 from ..roles.proposer import Proposer, StepRole
 from ..runtime.parallel import parallel_map
-from .clustering import GradientGroup, embedding_groups, random_minibatches, tfidf_groups
+from .clustering import embedding_groups, random_minibatches, tfidf_groups
 from .demonstrations import demo_of
 from .state import AttributionRecord, AttributionReport, Cluster, Gradient
 

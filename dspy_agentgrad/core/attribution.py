@@ -8,7 +8,6 @@ makes no LM call itself: program runs, hinted or not, go through the :class:`Eva
 from __future__ import annotations
 
 import logging
-from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -17,10 +16,12 @@ import dspy
 from ..config import AgentGradConfig
 from ..program.evaluation import Evaluator, Intervention
 from ..program.hints import PLACEBOS, Hint, as_hint, leaks_label
-from ..program.interception import call_key
+from ..program.run_control import call_key
 from ..program.runs import Outcome, Step
 from ..runtime.budget import BudgetExhausted
 from ..runtime.jsonable import digest
+from .cumulative import CumulativePass
+from .hinted_calls import PinCase, changed_calls, execution_order
 from .state import AttributionRecord, AttributionReport
 
 logger = logging.getLogger("dspy.agentgrad")
@@ -42,72 +43,12 @@ class Attribution:
     speculated: bool = False
 
 
-@dataclass(frozen=True)
-class PinCase:
-    """A failure some hints fixed, for :meth:`Attributor._pin_calls`: the run without the hint on the predictor
-    looked at (``witness``), the fixed run, the predictors hinted there, and those of them given a placebo."""
-
-    witness: Outcome
-    run: Outcome
-    targets: tuple[str, ...]
-    placebo: frozenset[str] = frozenset()
-
-
-def _twins(before: list[Step], after: list[Step]) -> list[tuple[Step | None, Step]]:
-    """Each call of ``after`` with the call of ``before`` that got the same inputs (each paired once), or None."""
-    unpaired, pairs = list(before), []
-    for step in after:
-        twin = next((s for s in unpaired if s.inputs == step.inputs), None)
-        if twin is not None:
-            unpaired.remove(twin)
-        pairs.append((twin, step))
-    return pairs
-
-
-def changed_calls(before: list[Step], after: list[Step]) -> list[tuple[Step | None, Step]]:
-    """The calls of a predictor a hint changed, earliest first: (the call of ``before``, the run without the hint,
-    it is paired with, the hinted call). A call is paired with the call of ``before`` that got the same inputs,
-    so a call whose inputs changed because an earlier call did is not taken, and the pairing holds when a
-    program runs the predictor in threads. When no call that kept its inputs answered differently, calls are
-    paired by call number (None: no such call). A hinted call that raised is never a pseudo-label."""
-
-    def differ(pairs: list[tuple[int, Step | None, Step]]) -> list[tuple[int, Step | None, Step]]:
-        return [(k, twin, step) for k, twin, step in pairs if twin is None or twin.shown_outputs() != step.outputs]
-
-    changed = differ([(twin.call, twin, step) for twin, step in _twins(before, after) if twin is not None])
-    if not changed:
-        changed = differ([(k, before[k] if k < len(before) else None, step) for k, step in enumerate(after)])
-    return [(twin, step) for _, twin, step in sorted(changed, key=lambda item: item[0]) if not step.error]
-
-
-def execution_order(outcomes: list[Outcome]) -> list[str]:
-    """Predictor names in execution order, aggregated over every run of the batch.
-
-    Each run gives the order in which its predictors are first called. A comes before B
-    when more runs call A first than call B first (among runs calling both); predictors
-    are ranked by how many others they come before. Ties (including predictors never seen
-    in the same run, e.g. on two branches) go by mean first-call rank over the runs that
-    call them, then by first appearance over the runs in example order. One run that
-    skips a predictor (a branch) therefore cannot reorder the others.
-    """
-    runs = [outcome.order() for outcome in outcomes]
-    names = list(dict.fromkeys(name for run in runs for name in run))
-    precedes: Counter[tuple[str, str]] = Counter()
-    ranks: dict[str, list[int]] = {name: [] for name in names}
-    for run in runs:
-        for i, a in enumerate(run):
-            ranks[a].append(i)
-            for b in run[i + 1 :]:
-                precedes[a, b] += 1
-    wins = {a: sum(precedes[a, b] > precedes[b, a] for b in names if b != a) for a in names}
-    return sorted(names, key=lambda n: (-wins[n], sum(ranks[n]) / len(ranks[n]), names.index(n)))
-
-
 class Attributor:
     """Attributes a batch's failures to predictors for the program it is given (steps 1-2).
 
-    ``_instructions`` and ``_speculating`` hold the current call's program and mode for its helpers; the
-    engine reads neither: :meth:`attribute` returns what it needs as an :class:`Attribution`."""
+    ``_instructions`` and ``speculating`` hold the current call's program and mode for its helpers (and the
+    cumulative pass, :class:`.cumulative.CumulativePass`); the engine reads neither: :meth:`attribute` returns
+    what it needs as an :class:`Attribution`."""
 
     def __init__(self, config: AgentGradConfig, evaluator: Evaluator, hint_fn: HintFn):
         self.config = config
@@ -116,9 +57,7 @@ class Attributor:
         self.max_score = config.scores.max_score
         self.fix_score = config.scores.max_score if config.scores.fix_threshold is None else config.scores.fix_threshold
         self._instructions: Mapping[str, str] = {}  # the program of the current call, which hinted runs run
-        self._speculating = False  # the current call's hinted runs are started ahead (see ``attribute``)
-        self._cumulative_leaks = 0  # hint sets of the current call's cumulative pass whose fix leaked a label
-        self._placebo_withheld = 0  # hints of the current call's cumulative fixes that a placebo replaced as well
+        self.speculating = False  # the current call's hinted runs are started ahead (see ``attribute``)
 
     def attribute(
         self, instructions: Mapping[str, str], examples: list[dspy.Example], round_index: int, phase: str = "evaluate"
@@ -140,8 +79,7 @@ class Attributor:
 
         ``round_index`` picks the predictor that takes every failure when ``target_identification`` is off.
         """
-        self._instructions, self._speculating, self._cumulative_leaks = instructions, False, 0
-        self._placebo_withheld = 0
+        self._instructions, self.speculating = instructions, False
         outcomes = self.evaluator.evaluate(instructions, examples, phase)
         order = execution_order(outcomes)
         passed = [i for i, o in enumerate(outcomes) if o.score >= self.max_score]
@@ -154,16 +92,16 @@ class Attributor:
         fallback: dict[int, tuple[str, AttributionRecord]] = {}
         levels = list(reversed(order))
         for level, name in enumerate(levels):
-            hinted = self._hinted(examples, outcomes, [(i, (name,)) for i in unresolved])
+            hinted = self.hinted(examples, outcomes, [(i, (name,)) for i in unresolved])
             if level == 0 and hinted and self.evaluator.reuse and self.config.execution.speculate:
                 reused = sum(not result.scored for _, _, result in hinted)
-                self._speculating = reused >= SPECULATE_WHEN_REUSED * len(hinted)
-                if self._speculating:
-                    self._hinted(examples, outcomes, [(i, (n,)) for n in levels[1:] for i in unresolved], ahead=True)
-            cases = {i: PinCase(outcomes[i], run, (name,)) for i, _, run in hinted if self._fixes(run, outcomes[i])}
-            pins = self._pin_calls(examples, outcomes, name, cases)
+                self.speculating = reused >= SPECULATE_WHEN_REUSED * len(hinted)
+                if self.speculating:
+                    self.hinted(examples, outcomes, [(i, (n,)) for n in levels[1:] for i in unresolved], ahead=True)
+            cases = {i: PinCase(outcomes[i], run, (name,)) for i, _, run in hinted if self.fixes(run, outcomes[i])}
+            pins = self.pin_calls(examples, outcomes, name, cases)
             for index, hints, result in hinted:
-                record = self._fix_record(examples[index], outcomes[index], result, name, pin=pins.get(index))
+                record = self.fix_record(examples[index], outcomes[index], result, name, pin=pins.get(index))
                 if record is None:
                     continue
                 record.leaked = leaks_label(hints[name], record.inputs, record.corrected)
@@ -178,9 +116,10 @@ class Attributor:
             attributed[name].append(record)
             unresolved.remove(index)
         single = len(outcomes) - len(passed) - len(unresolved)
+        cumulative_pass = CumulativePass(self, examples, outcomes)
         if self.config.attribution.cumulative_hints and unresolved:
             try:
-                self._cumulative(examples, outcomes, unresolved, order, attributed)
+                cumulative_pass.run(unresolved, order, attributed)
             except BudgetExhausted as stop:  # what it explained before the stop stays explained
                 logger.info("cumulative intervention stopped early: %s", stop)
         cumulative = len(outcomes) - len(passed) - len(unresolved) - single
@@ -189,15 +128,15 @@ class Attributor:
             attributed,
             [examples[i] for i in unresolved],
             [examples[i] for i in passed],
-            leaked + self._cumulative_leaks,
+            leaked + cumulative_pass.leaks,
             explained_single=single,
             explained_cumulative=cumulative,
             replay_misses=sum(o.replay_misses for o in outcomes),
-            placebo_withheld=self._placebo_withheld,
+            placebo_withheld=cumulative_pass.placebo_withheld,
         )
-        return Attribution(report, outcomes, self._speculating)
+        return Attribution(report, outcomes, self.speculating)
 
-    def _hinted(
+    def hinted(
         self,
         examples: list[dspy.Example],
         outcomes: list[Outcome],
@@ -225,7 +164,7 @@ class Attributor:
             if any(t not in run_order for t in targets):
                 continue  # a target did not run for this example
             hints = {
-                t: PLACEBOS[variant] if placebo and t in placebo[0] else self._hint(examples[index], outcome, t)
+                t: PLACEBOS[variant] if placebo and t in placebo[0] else self.hint(examples[index], outcome, t)
                 for t in targets
             }
             if any(h is None for h in hints.values()):
@@ -244,30 +183,15 @@ class Attributor:
         results = self.evaluator.intervene(self._instructions, [job for _, _, job in jobs], phase)
         return [(index, hints, result) for (index, hints, _), result in zip(jobs, results)]
 
-    def _clean_fix(self, original: Outcome, result: Outcome, hints: dict[str, Hint]) -> bool:
-        """A set of hints fixed the failure, and no hinted predictor did it by copying a label its hint revealed
-        (with ``leak_check``): the cumulative pass's leak check. A leaking set counts as not fixing, so the
-        pass goes on to earlier predictors, and pruning keeps a hint whose drop leaves only a leaking fix."""
-        if not self._fixes(result, original):
-            return False
-        if not self.config.attribution.leak_check:
-            return True
-        leaks = any(
-            leaks_label(hint, step.inputs, step.outputs) for n, hint in hints.items() for step in result.calls(n)
-        )
-        if leaks:
-            self._cumulative_leaks += 1
-        return not leaks
-
-    def _hint(self, example: dspy.Example, outcome: Outcome, name: str) -> Hint | None:
+    def hint(self, example: dspy.Example, outcome: Outcome, name: str) -> Hint | None:
         """The hint for predictor ``name`` on the failed run ``outcome`` of ``example``."""
         prediction = dspy.Prediction(**outcome.outputs)
         return as_hint(example, self.hint_fn(example, name, prediction, outcome.feedback))
 
-    def _fixes(self, result: Outcome, original: Outcome) -> bool:
+    def fixes(self, result: Outcome, original: Outcome) -> bool:
         return result.score >= self.fix_score and result.score > original.score
 
-    def _fix_record(
+    def fix_record(
         self,
         example: dspy.Example,
         original: Outcome,
@@ -279,11 +203,11 @@ class Attributor:
         """The pseudo-label of predictor ``name`` when ``result`` fixes the failure; None when the run is
         not fixed or the hint changed none of the predictor's outputs.
 
-        ``pin``: the call the hint fixed, found by :meth:`_pin_calls` (a call of ``witness``, the run without
+        ``pin``: the call the hint fixed, found by :meth:`pin_calls` (a call of ``witness``, the run without
         this hint, the original run by default), and the run where only that call got the hint: the label is
         that call's answer there. Otherwise the call taken is the one :func:`changed_calls` lists first.
         """
-        if not self._fixes(result, original):
+        if not self.fixes(result, original):
             return None
         if pin is not None:
             call, run = pin
@@ -299,7 +223,7 @@ class Attributor:
         unhinted = twin.shown_outputs() if twin is not None else {}
         return AttributionRecord(example, fixed.inputs, unhinted, fixed.outputs, original.feedback, original.outputs)
 
-    def _pin_calls(
+    def pin_calls(
         self, examples: list[dspy.Example], outcomes: list[Outcome], name: str, cases: dict[int, PinCase]
     ) -> dict[int, tuple[Step, Outcome]]:
         """For each failure a set of hints fixed (``cases``) where more than one call of ``name`` answered anew,
@@ -328,123 +252,10 @@ class Attributor:
             items = [(i, cases[i].targets, cases[i].placebo) for i in live]
             references = {i: (cases[i].run, frozenset()) for i in live}
             only = {i: {name: call_key(name, call.inputs, call.setting)} for i, call in live.items()}
-            for index, _, result in self._hinted(examples, outcomes, items, phase, references=references, only=only):
-                if self._fixes(result, outcomes[index]):
+            for index, _, result in self.hinted(examples, outcomes, items, phase, references=references, only=only):
+                if self.fixes(result, outcomes[index]):
                     pins[index] = (live[index], result)
         return pins
-
-    def _cumulative(self, examples, outcomes, unresolved, order, attributed) -> None:
-        """Failures no single hint fixes: keep the hints on later predictors while adding earlier ones.
-
-        Once a set of hints fixes a failure, each later hint is dropped again when the failure stays
-        fixed without it (greedy, latest first), and every predictor left in the set whose output
-        its hint changed gets a pseudo-label. An explained failure leaves ``unresolved`` at once.
-        """
-        chains = {i: [n for n in reversed(order) if n in outcomes[i].order()] for i in unresolved}
-        chains = {i: chain for i, chain in chains.items() if len(chain) >= 2}
-        if self._speculating:
-            depths = [(i, tuple(c[:d])) for i, c in chains.items() for d in range(2, len(c) + 1)]
-            self._hinted(examples, outcomes, depths, ahead=True)
-        for depth in range(2, max((len(c) for c in chains.values()), default=0) + 1):
-            items = [(i, tuple(chain[:depth])) for i, chain in chains.items() if len(chain) >= depth]
-            fixed = {}
-            for index, hints, result in self._hinted(examples, outcomes, items, "cumulative"):
-                if self._clean_fix(outcomes[index], result, hints):
-                    fixed[index] = (list(hints), result)
-                    del chains[index]
-            pruned = self._prune(examples, outcomes, fixed)
-            placed = self._placebo(examples, outcomes, fixed, pruned)
-            pins = {}
-            for name in order:
-                cases = {
-                    i: PinCase(
-                        witnesses.get(name, outcomes[i]),
-                        run,
-                        tuple(n for n in fixed[i][0] if n in kept or n in placed[i]),
-                        frozenset(placed[i]),
-                    )
-                    for i, (kept, witnesses, run) in pruned.items()
-                    if name in kept
-                }
-                pins[name] = self._pin_calls(examples, outcomes, name, cases)
-            for index, (kept, witnesses, run) in pruned.items():
-                records = {
-                    name: self._fix_record(
-                        examples[index], outcomes[index], run, name, witnesses.get(name), pins[name].get(index)
-                    )
-                    for name in kept
-                }
-                records = {n: r for n, r in records.items() if r is not None}
-                if not records:
-                    continue
-                for name, record in records.items():
-                    hint = self._hint(examples[index], outcomes[index], name)
-                    record.leaked = hint is not None and leaks_label(hint, record.inputs, record.corrected)
-                    attributed[name].append(record)
-                unresolved.remove(index)
-
-    def _prune(self, examples, outcomes, fixed: dict) -> dict[int, tuple[list[str], dict[str, Outcome], Outcome]]:
-        """For each fixed failure: the hinted predictors still needed, for each of them the run without
-        its hint (its witness), and the fixed run with exactly those hints."""
-        state = {i: (list(targets), {targets[-1]: outcomes[i]}, run) for i, (targets, run) in fixed.items()}
-        longest = max((len(targets) for targets, _ in fixed.values()), default=0)
-        if self._speculating:  # each drop tried on the full set: the runs needed when no earlier drop holds
-            self._hinted(
-                examples,
-                outcomes,
-                [(i, tuple(n for n in t if n != t[p])) for i, (t, _) in fixed.items() for p in range(len(t) - 1)],
-                ahead=True,
-            )
-        for position in range(longest - 1):
-            items = []
-            for index, (kept, _, _) in state.items():
-                later = fixed[index][0][:-1]
-                if position < len(later):
-                    items.append((index, tuple(n for n in kept if n != later[position])))
-            for index, hints, result in self._hinted(examples, outcomes, items, "cumulative"):
-                kept, witnesses, _ = state[index]
-                dropped = next(n for n in kept if n not in hints)
-                if self._clean_fix(outcomes[index], result, hints):
-                    kept.remove(dropped)
-                    state[index] = (kept, witnesses, result)
-                else:
-                    witnesses[dropped] = result
-        return state
-
-    def _placebo(self, examples, outcomes, fixed: dict, pruned: dict) -> dict[int, set[str]]:
-        """The causal control of a kept hint: dropping it also reverts its predictor's prompt, so under an LM
-        that rewords its output whenever its prompt changes, a fix may come from that wording alone (and the
-        earliest hint, added last, is never dropped at all). Each kept hint but the latest (a wording can only
-        have mattered through a later hinted predictor that reads it), earliest first, is replaced by a placebo
-        (the same kind of prompt change, no information), under each placebo wording in turn; when one still
-        fixes the failure cleanly, the hint's information was not what mattered: its predictor gets no
-        pseudo-label, keeps the placebo, and the others' labels are taken from the placebo run. Compares
-        outcomes, never texts. A placebo run reuses the run without that hint (its witness), so under reuse a
-        placebo that leaves its predictor's output as it was costs no metric call (an LM that does not reword
-        pays nothing for the control)."""
-        placed: dict[int, set[str]] = {i: set() for i in pruned}
-        for position in range(max((len(kept) for kept, _, _ in pruned.values()), default=0)):
-            testing = {}
-            for index, (kept, _, _) in pruned.items():
-                untested = [n for n in reversed(fixed[index][0]) if n in kept[1:]][position - len(placed[index]) :]
-                if untested:
-                    testing[index] = untested[0]
-            for variant in range(len(PLACEBOS)):
-                items = [
-                    (i, tuple(n for n in fixed[i][0] if n in pruned[i][0] or n in placed[i]), placed[i] | {name})
-                    for i, name in testing.items()
-                ]
-                refs = {i: (pruned[i][1][name], frozenset(fixed[i][0])) for i, name in testing.items()}
-                for index, hints, result in self._hinted(
-                    examples, outcomes, items, "cumulative", variant=variant, references=refs
-                ):
-                    if self._clean_fix(outcomes[index], result, hints):
-                        kept, witnesses, _ = pruned[index]
-                        kept.remove(testing[index])
-                        placed[index].add(testing.pop(index))
-                        self._placebo_withheld += 1
-                        pruned[index] = (kept, witnesses, result)
-        return placed
 
     def _assign_round_robin(self, examples, outcomes, unresolved, order, attributed, round_index: int) -> None:
         """Ablation without target identification: this round's predictor takes every failure."""
@@ -453,7 +264,7 @@ class Attributor:
         name = order[round_index % len(order)]
         hinted = {}
         if self.config.abstraction.agent_supervision:
-            hinted = {i: (h, r) for i, h, r in self._hinted(examples, outcomes, [(i, (name,)) for i in unresolved])}
+            hinted = {i: (h, r) for i, h, r in self.hinted(examples, outcomes, [(i, (name,)) for i in unresolved])}
         for index in unresolved:
             step = outcomes[index].first_step(name)
             if step is None:

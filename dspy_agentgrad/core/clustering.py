@@ -1,4 +1,4 @@
-"""Grouping gradients: the cyclic minimum-size schedule, LM cluster clean-up, TF-IDF
+"""Grouping gradients: the cyclic minimum-size schedule, TF-IDF
 grouping (deterministic, no LM), grouping by embedding vectors, and random minibatches
 for the ablation."""
 
@@ -6,42 +6,11 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass
-
-
-@dataclass
-class GradientGroup:
-    """Indices of gradients that ask for one correction, and that correction in general terms."""
-
-    members: list[int]
-    text: str
 
 
 def min_cluster_size(schedule: Sequence[int], round_index: int) -> int:
     """Round r uses schedule[r mod len]: broad patterns, then finer ones, then again."""
     return schedule[round_index % len(schedule)]
-
-
-def normalize_clusters(raw: list[tuple[object, object]], n: int) -> list[GradientGroup]:
-    """Keep valid, unique member numbers; each gradient lands in at most one cluster;
-    gradients the LM left out become clusters of their own (with their own text as gradient)."""
-    taken: set[int] = set()
-    clusters: list[GradientGroup] = []
-    for members, text in raw:
-        valid = []
-        for m in members if isinstance(members, list) else []:
-            try:
-                m = int(m)
-            except (TypeError, ValueError):
-                continue
-            if 0 <= m < n and m not in taken:
-                taken.add(m)
-                valid.append(m)
-        if valid and isinstance(text, str) and text.strip():
-            clusters.append(GradientGroup(valid, text.strip()))
-        else:
-            taken.difference_update(valid)
-    return clusters + [GradientGroup([m], "") for m in range(n) if m not in taken]
 
 
 def tfidf_groups(texts: list[str], distance_threshold: float = 0.8) -> list[list[int]]:

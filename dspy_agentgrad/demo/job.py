@@ -25,7 +25,7 @@ from ..config import AgentGradConfig
 from ..core.events import AgentGradCallback, AttributionDone, ValidationScored
 from ..embedded_lm.grammar import OutputLimits
 from ..option_groups import VAL_ACCEPTANCE
-from ..program.interception import HINT_DELIVERIES
+from ..program.hint_delivery import HINT_DELIVERIES
 from ..reporting.paired import PairedChange
 from ..runtime.jsonable import to_jsonable
 from ..runtime.usage import track

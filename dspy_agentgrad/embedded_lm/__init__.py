@@ -2,8 +2,9 @@
 grammar-constrained output so DSPy's adapters always parse. ``llama_cpp`` is imported
 on the first generation only."""
 
-from .engine import DEFAULT_MODEL, MODELS, LlamaCppEngine, available_models, local_lm, model_path
+from .engine import LlamaCppEngine, local_lm
 from .grammar import GRAMMAR_VERSION, OutputLimits
+from .models import DEFAULT_MODEL, MODELS, available_models, model_path
 
 __all__ = [
     "DEFAULT_MODEL",

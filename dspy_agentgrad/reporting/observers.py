@@ -20,8 +20,8 @@ from ..core.events import (
     RunStart,
     ValidationScored,
 )
+from ..runtime.atomic_files import atomic_write_json
 from ..runtime.budget import Budget
-from ..runtime.store import atomic_write_json
 from .results import AgentGradResult
 
 

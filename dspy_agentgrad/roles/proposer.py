@@ -17,7 +17,6 @@ from typing import Any
 
 import dspy
 
-from ..core.clustering import GradientGroup, normalize_clusters
 from ..program.awaiting import resolved
 from ..runtime.budget import Budget, BudgetExhausted, Reservation, worst_case_usage
 from ..runtime.jsonable import digest, to_jsonable
@@ -28,6 +27,7 @@ from ..runtime.redaction import Redactor
 from ..runtime.retries import FirstRunsFailed, RetryPolicy, error_kind, is_transient, retried_by_the_lm, setup_fix
 from ..runtime.store import Memo
 from ..runtime.usage import UsageLedger, empty_usage, track
+from .gradient_groups import GradientGroup, normalize_clusters
 from .instruction_proposer import InstructionProposer, RewriteRequest, checked_instruction
 from .signatures import (
     AbstractGradients,

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from .store import atomic_write_text
+from .atomic_files import atomic_write_text
 
 REDACTED = "[redacted]"
 #: Settings of an LM holding a dict of header values (each treated as a credential).

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import filelock
 
-from .store import atomic_write_text
+from .atomic_files import atomic_write_text
 
 try:
     import fcntl

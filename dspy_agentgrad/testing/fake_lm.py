@@ -22,8 +22,8 @@ from dspy.lm15 import Message, RateLimitError, Response, TextPart, Usage
 from dspy.lm15 import TimeoutError as LMTimeout
 
 from ..program import prompt_text
+from ..program.hint_delivery import HINT_FIELD, HINT_HEADER
 from ..program.hints import PLACEBOS
-from ..program.interception import HINT_FIELD, HINT_HEADER
 
 
 @dataclass

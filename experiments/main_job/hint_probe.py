@@ -35,8 +35,8 @@ from pathlib import Path
 import dspy
 
 from dspy_agentgrad.demo.task import demo_lm, hint, load_demo_data, make_program, metric
+from dspy_agentgrad.program.hint_delivery import HINT_DELIVERIES
 from dspy_agentgrad.program.hints import default_hint
-from dspy_agentgrad.program.interception import HINT_DELIVERIES
 from dspy_agentgrad.program.metric import Metric
 from dspy_agentgrad.program.runner import ProgramRunner
 from dspy_agentgrad.program.runs import Outcome
