@@ -43,14 +43,9 @@ from .drafting import ReplyDraft
 from .grammar import GRAMMAR_VERSION, OutputLimits, OutputPlan, plan_for_messages
 from .loading import LoadedModel, load_model
 from .models import DEFAULT_MODEL, MODELS, model_path, require_installed
+from .threads import GOVERNOR
 
 __all__ = ["LlamaCppEngine", "local_lm"]
-
-
-def _default_threads() -> int:
-    """Half the cores, at most 4: llama.cpp threads spin-wait, so using every core
-    of a shared machine makes one generation many times slower when anything else runs."""
-    return max(1, min((os.cpu_count() or 2) // 2, 4))
 
 
 def _text(parts: Any) -> str:
@@ -74,6 +69,9 @@ class LlamaCppEngine:
             distinct system message (see :class:`.loading.LoadedModel`); 1 = a single context.
         n_ctx, n_threads, n_batch, seed: llama.cpp load settings; any other
             ``llama_cpp.Llama`` keyword can be passed through ``llama_settings``.
+            ``n_threads=None`` (default) chooses before each generation: every core
+            (at most 4) while the rest of the machine is idle, half of them otherwise
+            (:mod:`.threads`); the count never changes the output.
         repeat_penalty: llama.cpp repeat penalty (1.0 = off: extractive answers
             must be free to copy words from the prompt).
         extra_buffers: let llama.cpp repack the weights into its extra CPU buffer
@@ -115,7 +113,7 @@ class LlamaCppEngine:
         if model in MODELS:
             n_ctx = min(n_ctx, MODELS[model].train_ctx)
         self.load_settings: dict[str, Any] = dict(
-            n_ctx=n_ctx, n_threads=n_threads or _default_threads(), n_batch=n_batch, seed=seed, **llama_settings
+            n_ctx=n_ctx, n_threads=n_threads, n_batch=n_batch, seed=seed, **llama_settings
         )
         self._grammars: dict[str, Any] = {}
         self._grammar_lock = threading.Lock()
@@ -200,6 +198,8 @@ class LlamaCppEngine:
         with loaded.lock:  # a llama.cpp context serves one generation at a time
             try:
                 llama = loaded.context_for(system)
+                if self.load_settings["n_threads"] is None:
+                    GOVERNOR.apply(llama)
                 if isinstance(getattr(llama, "draft_model", None), ReplyDraft):
                     llama.draft_model.begin(llama, plan)
                 out = llama.create_chat_completion(messages=messages, max_tokens=max_tokens, **kwargs)
