@@ -13,7 +13,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 import dspy
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 from reference_agentgrad import reference_run, replayed
 from rewording_sim import RewordingWorld, WordingPipeline
@@ -88,8 +88,9 @@ def decisions(result) -> list[tuple]:
 
 
 def verdicts(result) -> list[tuple]:
-    """The decisions reached: a candidate the run stopped before judging (its record says so) has none."""
-    unfinished = ("the run stopped before", "no budget left")
+    """The decisions reached: a candidate the run stopped before judging (its record says so) has none, and one
+    judged on a stack that a stop cut short (its record says so) has one that a longer run may not reach."""
+    unfinished = ("the run stopped before", "no budget left", "judged on a stack cut short")
     return [
         (c.round, c.predictor, c.instruction, c.accepted)
         for c in result.candidates
@@ -153,7 +154,23 @@ def same(a: float, b: float) -> bool:
     return a == b or (a != a and b != b)  # no validation score (nan) on both sides counts as the same
 
 
+# a budget that ends the round after the first winner's cluster check: without reuse that winner is validated alone
+# and loses; with reuse the next winner's check fits too and the two win validation together
+CUT_SHORT_WORLD = dict(
+    train={"extract": 1, "notes": 0, "answer": 0, "either": 2, "extract+notes": 2, "none": 0},
+    val={"extract": 0, "notes": 0, "answer": 0, "either": 0, "extract+notes": 1, "none": 1},
+    overfit=(),
+    follow=1.0,
+    reword=False,
+    rounds=1,
+    threads=1,
+    seed=0,
+    budget_slack=29,
+)
+
+
 @given(worlds(), st.sampled_from(CAPS), st.integers(1, 3))
+@example(CUT_SHORT_WORLD, "metric calls", 1)
 def test_speed_mechanisms_keep_the_decisions_and_the_records_explain_the_program(world, cap, stack_rounds):
     """One world, four runs: the default mechanisms (speculation, reuse, validation together with stacks of
     ``stack_rounds`` rounds) at the world's thread count, then each with one mechanism off or one thread."""

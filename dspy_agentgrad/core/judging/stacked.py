@@ -20,6 +20,8 @@ from .sequential import SequentialJudge
 
 logger = logging.getLogger("dspy.agentgrad")
 #: A loser's reason while its check, made on top of winners of its stack that were not all kept, waits to be made again.
+#: Marks a verdict reached on a stack that a stop cut short (see :meth:`StackedJudge._mark_cut_short`).
+CUT_SHORT = "judged on a stack cut short"
 LOST_ON_A_STACK = "lost its cluster on top of a winner that was not kept; the run stopped before it was judged again"
 
 
@@ -139,6 +141,8 @@ class StackedJudge:
             self._validate_stack(stack)
         finally:
             judged.extend(item.record for item in stack.checked)
+            if short is not None:
+                self._mark_cut_short(stack, "the budget ran out before the round's other clusters were checked")
         if not all(winner.accepted for winner in stack.winners):
             self._stack_lost_at = parts.state.round_index
         if short is not None:
@@ -160,12 +164,20 @@ class StackedJudge:
                 self._validate_stack(pending)
             except (BudgetExhausted, StopRun) as stop:  # a cap or a callback: what was accepted before it stays
                 logger.info("the last stack's validation did not finish: %s", stop)
+            self._mark_cut_short(pending, "the run stopped before its window's last round")
         last = parts.state.rounds[-1]
         last.best_val_score, last.metric_calls = parts.state.best_val_score, parts.budget.metric_calls
         try:
             parts.verdicts.record(last, [item.record for item in pending.checked])
         except StopRun:
             pass
+
+    def _mark_cut_short(self, stack: Provisional, why: str) -> None:
+        """Say so on each verdict of a stack judged without the winners that would have joined it: a longer run
+        (more budget, or calls saved by reuse) can reach another verdict on the same candidates."""
+        for item in stack.checked:
+            if item.record.reason:
+                self.parts.verdicts.extend(item.record, f"; {CUT_SHORT}: {why}")
 
     def _waits(self) -> bool:
         """Whether this round's winners wait, unvalidated, for the next round's: the rounds are grouped in windows of
