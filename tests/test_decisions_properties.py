@@ -169,8 +169,20 @@ CUT_SHORT_WORLD = dict(
 )
 
 
+# a budget that ends round 1's cumulative pass: without reuse its failure is left a hard case and the run ends at
+# max_rounds with fewer candidates; the stop reason says where the cap bound
+CUMULATIVE_CUT_WORLD = dict(
+    CUT_SHORT_WORLD,
+    train={"extract": 0, "notes": 0, "answer": 1, "either": 0, "extract+notes": 1, "none": 0},
+    val={"extract": 0, "notes": 0, "answer": 1, "either": 0, "extract+notes": 0, "none": 1},
+    rounds=2,
+    budget_slack=18,
+)
+
+
 @given(worlds(), st.sampled_from(CAPS), st.integers(1, 3))
 @example(CUT_SHORT_WORLD, "metric calls", 1)
+@example(CUMULATIVE_CUT_WORLD, "metric calls", 1)
 def test_speed_mechanisms_keep_the_decisions_and_the_records_explain_the_program(world, cap, stack_rounds):
     """One world, four runs: the default mechanisms (speculation, reuse, validation together with stacks of
     ``stack_rounds`` rounds) at the world's thread count, then each with one mechanism off or one thread."""

@@ -41,6 +41,7 @@ class Attribution:
     report: AttributionReport
     outcomes: list[Outcome]
     speculated: bool = False
+    budget_stop: str | None = None  # a cap that stopped the cumulative pass: its failures left are hard cases
 
 
 class Attributor:
@@ -116,12 +117,13 @@ class Attributor:
             attributed[name].append(record)
             unresolved.remove(index)
         single = len(outcomes) - len(passed) - len(unresolved)
-        cumulative_pass = CumulativePass(self, examples, outcomes)
+        cumulative_pass, budget_stop = CumulativePass(self, examples, outcomes), None
         if self.config.attribution.cumulative_hints and unresolved:
             try:
                 cumulative_pass.run(unresolved, order, attributed)
             except BudgetExhausted as stop:  # what it explained before the stop stays explained
                 logger.info("cumulative intervention stopped early: %s", stop)
+                budget_stop = f"{stop}; {len(unresolved)} failure(s) left unexplained"
         cumulative = len(outcomes) - len(passed) - len(unresolved) - single
         report = AttributionReport(
             order,
@@ -134,7 +136,7 @@ class Attributor:
             replay_misses=sum(o.replay_misses for o in outcomes),
             placebo_withheld=cumulative_pass.placebo_withheld,
         )
-        return Attribution(report, outcomes, self.speculating)
+        return Attribution(report, outcomes, self.speculating, budget_stop)
 
     def hinted(
         self,

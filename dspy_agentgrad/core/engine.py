@@ -97,6 +97,7 @@ class RoundEngine:
         )
         self.judge = judge_for(config, parts, self.sources)
         self._attributed: ProgramState | None = None  # the program the last round's failures were measured on
+        self._budget_cut: str | None = None  # where a cap bound inside a round without stopping the run
 
     def attribute(self, examples: list[dspy.Example], phase: str = "evaluate") -> Attribution:
         """Steps 1-2 for the current program: failure set and sequential intervention (see :class:`Attributor`)."""
@@ -150,6 +151,8 @@ class RoundEngine:
                 self.starting.settle()
                 self.judge.settle(validate=False)
                 self.evaluator.drop_ahead()
+        if self._budget_cut is not None and not self.state.stop_reason.startswith("budget exhausted"):
+            self.state.stop_reason += f"; {self._budget_cut}"  # the result says where a cap bound
         self.emit(
             "on_run_end",
             RunEnd(
@@ -179,6 +182,8 @@ class RoundEngine:
         self._attributed = self.state.instructions
         attribution = self.attribute(batch)
         report = attribution.report
+        if attribution.budget_stop is not None:
+            self._budget_cut = f"a cap ended round {r}'s cumulative intervention early ({attribution.budget_stop})"
         failures = sum(o.score < self.config.scores.max_score for o in attribution.outcomes)
         self.emit("on_attribution", AttributionDone(r, report, failures, self.budget.metric_calls))
         self.state.blame += report.blame(r)
