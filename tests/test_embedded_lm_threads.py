@@ -62,6 +62,8 @@ def test_the_count_is_set_on_the_context_only_when_it_changes(monkeypatch):
     assert calls == [("ctx", 2, 2)]
     machine.run(1, own_cores=1, other_cores=1)
     assert chosen.apply(llama) == 1 and calls[-1] == ("ctx", 1, 1)
+    chosen.apply(types.SimpleNamespace())  # a stand-in without a llama.cpp context is left alone
+    assert len(calls) == 2
 
 
 def test_machine_busy_seconds_reads_proc_stat(monkeypatch, tmp_path):

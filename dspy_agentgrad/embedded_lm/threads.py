@@ -79,10 +79,11 @@ class ThreadGovernor:
     def apply(self, llama: Any) -> int:
         """Set the chosen count on a loaded ``llama_cpp.Llama`` context (generation and prompt batches alike)."""
         n = self.choose()
-        if getattr(llama, "_agentgrad_threads", None) != n:
+        context = getattr(getattr(llama, "_ctx", None), "ctx", None)  # None: not a llama.cpp context (a stand-in)
+        if context is not None and getattr(llama, "_agentgrad_threads", None) != n:
             import llama_cpp
 
-            llama_cpp.llama_set_n_threads(llama._ctx.ctx, n, n)
+            llama_cpp.llama_set_n_threads(context, n, n)
             llama._agentgrad_threads = n
         return n
 
