@@ -77,10 +77,8 @@ class StackedJudge:
         self._provisional: Provisional | None = None  # winners waiting for a later round's pass
         self._stack_lost_at: int | None = None  # the last round whose validation pass did not keep every winner
 
-    def prefetch(self, ready: list[Cluster], speculated: bool) -> None:
-        if speculated:
-            self.parts.before_judging()  # the stacked checks run against the starting program's scores
-            self.parts.speculation.prefetch_judging(ready, self.parts.state.round_index, validation=not self._waits())
+    def validates_this_round(self) -> bool:
+        return not self._waits()
 
     def waiting(self) -> list[CandidateRecord]:
         return self._provisional.winners if self._provisional else []
