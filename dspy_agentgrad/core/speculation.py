@@ -81,7 +81,7 @@ class Speculation:
 
     def drop(self) -> None:
         """Forget the runs made ahead that nothing asked for (their LM usage is counted and journaled)."""
-        self.evaluator.drop_ahead()
+        self.evaluator.ahead.drop()
 
     def expect(self, plan: InterventionPlan) -> None:
         """Run ``plan``'s hinted runs ahead when this round speculates; a plan with a ``sample`` decides that: with
