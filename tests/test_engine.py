@@ -12,13 +12,7 @@ from dspy_agentgrad.runtime.budget import Budget
 
 
 class StubSources:
-    """No reflections; counts what it was asked to prefetch."""
-
-    def __init__(self):
-        self.prefetched: list[int] = []
-
-    def prefetch(self, ready: list[Cluster]) -> None:
-        self.prefetched.append(len(ready))
+    """No reflections."""
 
     def reflect(self, batch, attribution) -> list:
         return []
@@ -31,9 +25,11 @@ class StubJudge:
         self.verdicts = verdicts
         self.rounds: list[tuple[int, int]] = []
         self.settled: list[bool] = []
+        self.asked_for_plans = 0
 
-    def prefetch(self, ready: list[Cluster], speculated: bool) -> None:
-        pass
+    def validates_this_round(self) -> bool:
+        self.asked_for_plans += 1
+        return True
 
     def judge_round(
         self, ready: list[Cluster], minimum: int, round_record: RoundRecord, judged: list[CandidateRecord]
@@ -47,7 +43,7 @@ class StubJudge:
     def waiting(self) -> list[CandidateRecord]:
         return []
 
-    def settle(self, validate: bool) -> None:
+    def settle(self, validate: bool, stopped: bool = False) -> None:
         self.settled.append(validate)
 
 
@@ -65,7 +61,8 @@ def test_the_engine_hands_each_round_to_its_judge_and_records_its_verdicts():
 
     rounds = engine.state.rounds
     assert [r for r, _ in judge.rounds] == [r.round for r in rounds] and rounds
-    assert sources.prefetched == [n for _, n in judge.rounds] == [r.clusters for r in rounds]
+    assert judge.asked_for_plans == len(rounds)  # the speculation layer reads each round's plan before judging
+    assert [n for _, n in judge.rounds] == [r.clusters for r in rounds]
     assert any(n for _, n in judge.rounds), "the world's failures make clusters"
     assert [r.candidates for r in rounds] == [n for _, n in judge.rounds]
     assert len(engine.state.candidates) == sum(n for _, n in judge.rounds)

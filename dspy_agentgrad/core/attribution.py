@@ -21,44 +21,39 @@ from ..program.runs import Outcome, Step
 from ..runtime.budget import BudgetExhausted
 from ..runtime.jsonable import digest
 from .cumulative import CumulativePass
-from .hinted_calls import PinCase, changed_calls, execution_order
+from .hinted_calls import InterventionPlan, Lookahead, PinCase, changed_calls, execution_order
 from .state import AttributionRecord, AttributionReport
 
 logger = logging.getLogger("dspy.agentgrad")
-
-#: Share of a round's first hinted runs that must come out unchanged (reused, no metric call) before the
-#: attributor runs the hinted runs the sequential procedure may still need all at once (see ``attribute``).
-SPECULATE_WHEN_REUSED = 0.5
 
 HintFn = Callable[[dspy.Example, str, dspy.Prediction, str], "Hint | str | None"]
 
 
 @dataclass
 class Attribution:
-    """What steps 1-2 give the engine: the report, each example's run, and whether the hinted runs were
-    started ahead (``speculated``: most of them changed nothing, so the round's checks may be stacked too)."""
+    """What steps 1-2 give the engine: the report and each example's run."""
 
     report: AttributionReport
     outcomes: list[Outcome]
-    speculated: bool = False
     budget_stop: str | None = None  # a cap that stopped the cumulative pass: its failures left are hard cases
 
 
 class Attributor:
     """Attributes a batch's failures to predictors for the program it is given (steps 1-2).
 
-    ``_instructions`` and ``speculating`` hold the current call's program and mode for its helpers (and the
-    cumulative pass, :class:`.cumulative.CumulativePass`); the engine reads neither: :meth:`attribute` returns
-    what it needs as an :class:`Attribution`."""
+    ``_instructions`` holds the current call's program for its helpers (and the cumulative pass,
+    :class:`.cumulative.CumulativePass`); the engine does not read it: :meth:`attribute` returns what it needs as
+    an :class:`Attribution`. The hinted runs a step may ask for later are named to ``lookahead``
+    (:meth:`expect`), which may run them ahead; the steps run the same either way."""
 
-    def __init__(self, config: AgentGradConfig, evaluator: Evaluator, hint_fn: HintFn):
+    def __init__(self, config: AgentGradConfig, evaluator: Evaluator, hint_fn: HintFn, lookahead: Lookahead):
         self.config = config
         self.evaluator = evaluator
         self.hint_fn = hint_fn
+        self.lookahead = lookahead
         self.max_score = config.scores.max_score
         self.fix_score = config.scores.max_score if config.scores.fix_threshold is None else config.scores.fix_threshold
         self._instructions: Mapping[str, str] = {}  # the program of the current call, which hinted runs run
-        self.speculating = False  # the current call's hinted runs are started ahead (see ``attribute``)
 
     def attribute(
         self, instructions: Mapping[str, str], examples: list[dspy.Example], round_index: int, phase: str = "evaluate"
@@ -70,17 +65,14 @@ class Attributor:
         earlier predictor fixes the failure. Failures no single hint fixes get cumulative
         hints (when ``cumulative_hints`` is on).
 
-        The levels are resolved one after the other, as the paper does. When most of the first
-        level's hinted runs came out unchanged (so took no metric call), a hint on a predictor
-        that is not at fault usually changes nothing in this program: the program runs every later
-        level and step may need are then made together, ahead, unscored (``speculating``). Each
-        level then scores (and pays for) only the runs it asks for, as without speculation, so the
-        decisions and the metric calls are the same under any budget; the runs no level asks for
-        cost LM calls only. The engine is told (``Attribution.speculated``).
+        The levels are resolved one after the other, as the paper does. Once the first level's
+        hinted runs are in, the runs every later level may need are named to the lookahead, with
+        those first runs as its sample (:meth:`expect`); each level then scores (and pays for) only
+        the runs it asks for, whether or not they were made ahead.
 
         ``round_index`` picks the predictor that takes every failure when ``target_identification`` is off.
         """
-        self._instructions, self.speculating = instructions, False
+        self._instructions = instructions
         outcomes = self.evaluator.evaluate(instructions, examples, phase)
         order = execution_order(outcomes)
         passed = [i for i, o in enumerate(outcomes) if o.score >= self.max_score]
@@ -94,11 +86,9 @@ class Attributor:
         levels = list(reversed(order))
         for level, name in enumerate(levels):
             hinted = self.hinted(examples, outcomes, [(i, (name,)) for i in unresolved])
-            if level == 0 and hinted and self.evaluator.reuse and self.config.execution.speculate:
-                reused = sum(not result.scored for _, _, result in hinted)
-                self.speculating = reused >= SPECULATE_WHEN_REUSED * len(hinted)
-                if self.speculating:
-                    self.hinted(examples, outcomes, [(i, (n,)) for n in levels[1:] for i in unresolved], ahead=True)
+            if level == 0:
+                later = [(i, (n,)) for n in levels[1:] for i in unresolved]
+                self.expect(examples, outcomes, later, sample=[result for _, _, result in hinted])
             cases = {i: PinCase(outcomes[i], run, (name,)) for i, _, run in hinted if self.fixes(run, outcomes[i])}
             pins = self.pin_calls(examples, outcomes, name, cases)
             for index, hints, result in hinted:
@@ -136,7 +126,7 @@ class Attributor:
             replay_misses=sum(o.replay_misses for o in outcomes),
             placebo_withheld=cumulative_pass.placebo_withheld,
         )
-        return Attribution(report, outcomes, self.speculating, budget_stop)
+        return Attribution(report, outcomes, budget_stop)
 
     def hinted(
         self,
@@ -144,7 +134,6 @@ class Attributor:
         outcomes: list[Outcome],
         items: list[tuple[int, tuple[str, ...]]] | list[tuple[int, tuple[str, ...], set[str]]],
         phase: str = "intervene",
-        ahead: bool = False,
         variant: int = 0,
         references: dict[int, tuple[Outcome, frozenset[str]]] | None = None,
         only: dict[int, dict[str, str]] | None = None,
@@ -152,13 +141,42 @@ class Attributor:
         """Run each failure ``index`` with hints on ``targets``; skips predictors that did not run or got no hint.
 
         The calls replayed are those of predictors first called before the earliest target in that run.
-        ``ahead``: only run the programs, unscored, for a later call to score (speculation); returns nothing.
         An item may name a third part: the targets that get the placebo ``PLACEBOS[variant]`` instead of their hint.
         ``references``: for a failure, the run to reuse calls and score from instead of the failure's own, and
         the predictors hinted there (their calls, like the targets', are made anew). ``only``: for a failure,
         the targets whose hint reaches only their calls with a given call key (:func:`call_key`).
         """
-        references, only = references or {}, only or {}
+        jobs = self._jobs(examples, outcomes, items, variant, references or {}, only or {})
+        if not jobs:
+            return []
+        results = self.evaluator.intervene(self._instructions, [job for _, _, job in jobs], phase)
+        return [(index, hints, result) for (index, hints, _), result in zip(jobs, results)]
+
+    def expect(
+        self,
+        examples: list[dspy.Example],
+        outcomes: list[Outcome],
+        items: list[tuple[int, tuple[str, ...]]],
+        sample: list[Outcome] | None = None,
+    ) -> None:
+        """Name to the lookahead the hinted runs ``items`` (as :meth:`hinted` takes them) a later step may ask
+        for; ``sample``: see :class:`InterventionPlan`."""
+
+        def interventions() -> list[Intervention]:
+            return [job for _, _, job in self._jobs(examples, outcomes, items, 0, {}, {})]
+
+        self.lookahead.expect(InterventionPlan(self._instructions, interventions, sample))
+
+    def _jobs(
+        self,
+        examples: list[dspy.Example],
+        outcomes: list[Outcome],
+        items: list[tuple[int, tuple[str, ...]]] | list[tuple[int, tuple[str, ...], set[str]]],
+        variant: int,
+        references: dict[int, tuple[Outcome, frozenset[str]]],
+        only: dict[int, dict[str, str]],
+    ) -> list[tuple[int, dict[str, Hint], Intervention]]:
+        """The hinted runs of ``items`` (see :meth:`hinted`), each with its failure's index and its hints."""
         jobs: list[tuple[int, dict[str, Hint], Intervention]] = []
         for index, targets, *placebo in items:
             outcome = outcomes[index]
@@ -177,13 +195,7 @@ class Attributor:
             reference, differs = references.get(index, (outcome, frozenset()))
             job = Intervention(examples[index], texts, replay, reference, differs, only.get(index, {}))
             jobs.append((index, hints, job))
-        if not jobs:
-            return []
-        if ahead:
-            self.evaluator.intervene_ahead(self._instructions, [job for _, _, job in jobs])
-            return []
-        results = self.evaluator.intervene(self._instructions, [job for _, _, job in jobs], phase)
-        return [(index, hints, result) for (index, hints, _), result in zip(jobs, results)]
+        return jobs
 
     def hint(self, example: dspy.Example, outcome: Outcome, name: str) -> Hint | None:
         """The hint for predictor ``name`` on the failed run ``outcome`` of ``example``."""

@@ -17,11 +17,10 @@ from .state import AttributionRecord
 
 
 class HintedRuns(Protocol):
-    """What the pass asks of the attributor (:class:`.attribution.Attributor`): its hinted runs, and how it reads
-    a fix and its pseudo-label."""
+    """What the pass asks of the attributor (:class:`.attribution.Attributor`): its hinted runs, where it names
+    those it may ask for later, and how it reads a fix and its pseudo-label."""
 
     config: AgentGradConfig
-    speculating: bool
 
     def hinted(
         self,
@@ -29,10 +28,13 @@ class HintedRuns(Protocol):
         outcomes: list[Outcome],
         items: list[tuple[int, tuple[str, ...]]] | list[tuple[int, tuple[str, ...], set[str]]],
         phase: str = ...,
-        ahead: bool = ...,
         variant: int = ...,
         references: dict[int, tuple[Outcome, frozenset[str]]] | None = ...,
     ) -> list[tuple[int, dict[str, Hint], Outcome]]: ...
+
+    def expect(
+        self, examples: list[dspy.Example], outcomes: list[Outcome], items: list[tuple[int, tuple[str, ...]]]
+    ) -> None: ...
 
     def hint(self, example: dspy.Example, outcome: Outcome, name: str) -> Hint | None: ...
 
@@ -75,9 +77,8 @@ class CumulativePass:
         examples, outcomes = self.examples, self.outcomes
         chains = {i: [n for n in reversed(order) if n in outcomes[i].order()] for i in unresolved}
         chains = {i: chain for i, chain in chains.items() if len(chain) >= 2}
-        if self.attributor.speculating:
-            depths = [(i, tuple(c[:d])) for i, c in chains.items() for d in range(2, len(c) + 1)]
-            self.attributor.hinted(examples, outcomes, depths, ahead=True)
+        depths = [(i, tuple(c[:d])) for i, c in chains.items() for d in range(2, len(c) + 1)]
+        self.attributor.expect(examples, outcomes, depths)
         for depth in range(2, max((len(c) for c in chains.values()), default=0) + 1):
             items = [(i, tuple(chain[:depth])) for i, chain in chains.items() if len(chain) >= depth]
             fixed = {}
@@ -122,13 +123,9 @@ class CumulativePass:
         examples, outcomes = self.examples, self.outcomes
         state = {i: (list(targets), {targets[-1]: outcomes[i]}, run) for i, (targets, run) in fixed.items()}
         longest = max((len(targets) for targets, _ in fixed.values()), default=0)
-        if self.attributor.speculating:  # each drop tried on the full set: the runs needed when no earlier drop holds
-            self.attributor.hinted(
-                examples,
-                outcomes,
-                [(i, tuple(n for n in t if n != t[p])) for i, (t, _) in fixed.items() for p in range(len(t) - 1)],
-                ahead=True,
-            )
+        # each drop tried on the full set: the runs needed when no earlier drop holds
+        drops = [(i, tuple(n for n in t if n != t[p])) for i, (t, _) in fixed.items() for p in range(len(t) - 1)]
+        self.attributor.expect(examples, outcomes, drops)
         for position in range(longest - 1):
             items = []
             for index, (kept, _, _) in state.items():

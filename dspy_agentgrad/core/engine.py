@@ -45,7 +45,7 @@ class RoundEngine:
 
     It owns the run's :class:`RunState` and reports each step as an event. Steps 1-2 are the
     :class:`Attributor`'s, 3-4 the :class:`Abstraction`'s, step 5 the sources' and the judge's (deciding with
-    :class:`Acceptance`); :class:`Speculation` pays ahead for what a round will ask.
+    :class:`Acceptance`); :class:`Speculation` decides what of what the steps may ask is done ahead.
     """
 
     def __init__(
@@ -73,12 +73,10 @@ class RoundEngine:
         self.emit = emit or Dispatcher()
         self.rng = random.Random(config.execution.seed)
         self.sampler = BatchSampler(len(trainset), config.attribution.train_batch_size, self.rng)
-        self.attributor = Attributor(config, evaluator, hint_fn)
         self.abstraction = Abstraction(config, proposer, signatures, self.rng)
         self.rewriter = Rewriter(config, proposer, signatures, state)
         self.verdicts = Verdicts(state, budget, self.emit)
         acceptance = Acceptance(config, evaluator, budget, valset, state, self.emit, self.verdicts)
-        speculation = Speculation(config, evaluator, proposer, budget, valset, state, self.rewriter, acceptance)
         self.starting = StartingValidation(
             evaluator,
             budget,
@@ -89,12 +87,12 @@ class RoundEngine:
             config.execution.num_threads,
             config.judging.objective_guards,
         )
-        self.sources = sources_for(
-            config, self.rewriter, self.abstraction, speculation, state, self.verdicts, self.emit
+        self.speculation = Speculation(
+            config, evaluator, proposer, budget, valset, state, self.rewriter, acceptance, self.starting.finish
         )
-        parts = JudgingParts(
-            acceptance, self.verdicts, evaluator, budget, valset, state, speculation, self.starting.finish
-        )
+        self.attributor = Attributor(config, evaluator, hint_fn, self.speculation)
+        self.sources = sources_for(config, self.rewriter, self.abstraction, state, self.verdicts, self.emit)
+        parts = JudgingParts(acceptance, self.verdicts, evaluator, budget, valset, state, self.starting.finish)
         self.judge = judge_for(config, parts, self.sources)
         self._attributed: ProgramState | None = None  # the program the last round's failures were measured on
         self._budget_cut: str | None = None  # where a cap bound inside a round without stopping the run
@@ -140,17 +138,17 @@ class RoundEngine:
             except BudgetExhausted as stop:
                 self.state.stop_reason = f"budget exhausted ({stop})"
                 self.starting.settle()
-                self.judge.settle(validate=True)
+                self.judge.settle(validate=True, stopped=True)
             except StopRun as stop:
                 self.state.stop_reason = str(stop)
                 self.starting.settle()
-                self.judge.settle(validate=True)
+                self.judge.settle(validate=True, stopped=True)
             except KeyboardInterrupt:
                 self.state.interrupted, self.state.stop_reason = True, "interrupted (KeyboardInterrupt)"
             finally:
                 self.starting.settle()
                 self.judge.settle(validate=False)
-                self.evaluator.drop_ahead()
+                self.speculation.drop()
         if self._budget_cut is not None and not self.state.stop_reason.startswith("budget exhausted"):
             self.state.stop_reason += f"; {self._budget_cut}"  # the result says where a cap bound
         self.emit(
@@ -175,7 +173,7 @@ class RoundEngine:
     def run_round(self) -> RoundRecord:
         """One round; returns its record (also appended to ``self.state.rounds``)."""
         r = self.state.round_index
-        self.evaluator.drop_ahead()  # runs made ahead in an earlier round that nothing asked for
+        self.speculation.start_round()
         minimum = min_cluster_size(self.config.abstraction.cluster_schedule, r)
         batch = [self.trainset[i] for i in self.sampler.next()]
         self.emit("on_round_start", RoundStart(r, minimum, len(batch), self.budget.metric_calls))
@@ -218,8 +216,7 @@ class RoundEngine:
             reflected=len(reflected),
         )
         self.state.rounds.append(record)
-        self.sources.prefetch(ready)
-        self.judge.prefetch(ready, attribution.speculated)
+        self.speculation.before_judging(ready, self.judge.validates_this_round())
         judged: list[CandidateRecord] = []  # verdicts given together, kept even when the round stops half-way
         try:
             self.judge.judge_round(ready, minimum, record, judged)

@@ -1,12 +1,35 @@
 """What a hint did to a run: the predictors' execution order over a batch, the calls of a predictor a hint
-changed, and a fixed failure whose fixing call is still to be pinned."""
+changed, and a fixed failure whose fixing call is still to be pinned; and the hinted runs a step may ask for
+later (:class:`InterventionPlan`), which the steps name and the speculation layer may run ahead."""
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
+from ..program.evaluation import Intervention
 from ..program.runs import Outcome, Step
+
+
+@dataclass(frozen=True)
+class InterventionPlan:
+    """Hinted runs of ``instructions`` a step may ask for later, in the order it would ask. ``interventions``
+    builds them (only when they are run ahead: building one asks for its hint). ``sample``: the hinted runs of
+    the round's first level, whose share of unchanged runs tells whether the plans of the round are worth
+    running ahead; None for the plans that follow it."""
+
+    instructions: Mapping[str, str]
+    interventions: Callable[[], list[Intervention]]
+    sample: list[Outcome] | None = None
+
+
+class Lookahead(Protocol):
+    """Where the attribution steps name the hinted runs they may ask for later (the speculation layer decides
+    whether to run them ahead, so the steps run the same with it or without it)."""
+
+    def expect(self, plan: InterventionPlan) -> None: ...
 
 
 @dataclass(frozen=True)

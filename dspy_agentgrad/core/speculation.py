@@ -1,17 +1,20 @@
 """Speculation: doing ahead, in parallel, work the round may ask for, without changing a decision.
 
-Two kinds: the first rewrite of every predictor at once, and (when the attributor found that most
-hinted runs change nothing) the round's candidate checks stacked as if every candidate wins.
-Program runs made ahead are not scored: the engine then judges each candidate as always, scoring
-and paying for the runs it asks for in its own order, so the metric calls and the decisions are
-those without speculation under any metric-call budget. Prompt-LM calls are asked ahead only with no
-prompt-LM cap, and nothing is done ahead under a task-LM cap or at one thread (:func:`speculation_helps`):
-a cap binds in the order the calls are made.
+The steps only name what they may ask for: the attribution steps the hinted runs of their later levels,
+cumulative steps and pruning steps (:class:`InterventionPlan`), the judge whether its round ends with a
+validation pass. This layer alone decides what is done ahead: when most of the round's first hinted runs
+change nothing, the hinted runs named and the round's candidate checks stacked as if every candidate wins;
+and the first rewrite of every predictor at once. Program runs made ahead are not scored: the evaluator
+finds them when a step asks for them, and the step scores and pays for the runs it asks for in its own
+order, so the metric calls and the decisions are those without speculation under any metric-call budget.
+Prompt-LM calls are asked ahead only with no prompt-LM cap, and nothing is done ahead under a task-LM cap or
+at one thread (:func:`speculation_helps`): a cap binds in the order the calls are made.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import dspy
 
@@ -21,11 +24,17 @@ from ..program.program_state import ProgramState
 from ..roles.proposer import Proposer
 from ..runtime.budget import Budget
 from ..runtime.parallel import parallel_map
+from .hinted_calls import InterventionPlan
 from .judging.acceptance import Acceptance
 from .rewriting import Rewriter
 from .state import Cluster, RunState
 
 logger = logging.getLogger("dspy.agentgrad")
+
+#: Share of a round's first hinted runs that must come out unchanged (reused, no metric call) before the round's
+#: named hinted runs and candidate checks are run ahead: a hint on a predictor not at fault then usually changes
+#: nothing in this program.
+SPECULATE_WHEN_REUSED = 0.5
 
 Chain = tuple[dspy.Example, list[ProgramState]]
 
@@ -38,7 +47,9 @@ def speculation_helps(config: AgentGradConfig, budget: Budget) -> bool:
 
 
 class Speculation:
-    """Prefetches a round's rewrites and candidate checks (unscored); only work whose checks fit the budget."""
+    """Runs ahead (unscored) the hinted runs the attribution steps name, and prefetches a round's rewrites and
+    candidate checks; only work whose checks fit the budget. ``wait_for_start`` waits for the starting program's
+    validation pass (the stacked checks run against its scores)."""
 
     def __init__(
         self,
@@ -50,6 +61,7 @@ class Speculation:
         state: RunState,
         rewriter: Rewriter,
         acceptance: Acceptance,
+        wait_for_start: Callable[[], None],
     ):
         self.config = config
         self.evaluator = evaluator
@@ -59,6 +71,40 @@ class Speculation:
         self.state = state
         self.rewriter = rewriter
         self.acceptance = acceptance
+        self.wait_for_start = wait_for_start
+        self.speculating = False  # this round's first hinted runs mostly changed nothing (see :meth:`expect`)
+
+    def start_round(self) -> None:
+        """Forget the runs made ahead in an earlier round that nothing asked for, and that round's decision."""
+        self.drop()
+        self.speculating = False
+
+    def drop(self) -> None:
+        """Forget the runs made ahead that nothing asked for (their LM usage is counted and journaled)."""
+        self.evaluator.ahead.drop()
+
+    def expect(self, plan: InterventionPlan) -> None:
+        """Run ``plan``'s hinted runs ahead when this round speculates; a plan with a ``sample`` decides that: with
+        reuse on, when at least :data:`SPECULATE_WHEN_REUSED` of the sample came out unchanged."""
+        if plan.sample is not None:
+            reused = sum(not result.scored for result in plan.sample)
+            enabled = self.config.execution.speculate and self.evaluator.reuse
+            self.speculating = enabled and bool(plan.sample) and reused >= SPECULATE_WHEN_REUSED * len(plan.sample)
+        if self.speculating:
+            interventions = plan.interventions()
+            if interventions:
+                self.evaluator.intervene_ahead(plan.instructions, interventions)
+
+    def before_judging(self, ready: list[Cluster], validates: bool) -> None:
+        """What the round's judging will ask, asked ahead: the first rewrites, and when the round speculates and
+        its candidates are rewrites alone (the stack is built of rewrites), its candidate checks (``validates``:
+        the judge ends the round with a validation pass)."""
+        candidates = self.config.proposals.candidates
+        if candidates != "demos":
+            self.prefetch_rewrites(ready)
+        if self.speculating and candidates == "instructions":
+            self.wait_for_start()
+            self.prefetch_judging(ready, validation=validates)
 
     def prefetch_rewrites(self, ready: list[Cluster]) -> None:
         """Ask for the first rewrite of every predictor at once.
@@ -84,7 +130,7 @@ class Speculation:
         budget = self.budget
         return self.config.execution.speculate and budget.max_prompt_tokens is None and budget.max_prompt_cost is None
 
-    def prefetch_judging(self, ready: list[Cluster], round_index: int, validation: bool = True) -> None:
+    def prefetch_judging(self, ready: list[Cluster], validation: bool) -> None:
         """Run the round's candidate checks ahead, as if every candidate wins.
 
         The round's candidates are stacked in the order the engine judges them, each on top
@@ -120,7 +166,7 @@ class Speculation:
             if self.evaluator.chain_cost(chains) <= self.budget.remaining():
                 self.evaluator.run_chains_ahead(chains)
                 return
-        logger.info("round %d: no stack of candidate checks fits the budget left", round_index)
+        logger.info("round %d: no stack of candidate checks fits the budget left", self.state.round_index)
 
     def _stacked_checks(self, stack: list[tuple[ProgramState, Cluster]], validation: bool) -> list[Chain]:
         """Each validation example under every program of the stack (only the top one when the round's

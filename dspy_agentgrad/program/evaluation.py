@@ -14,9 +14,9 @@ back. References are chosen from batches already settled, in request order, so t
 choice and the metric calls are the same at any thread count and after a resume.
 
 Speculation runs programs ahead (:meth:`Evaluator.run_chains_ahead`, :meth:`Evaluator.intervene_ahead`)
-without scoring them: a run made ahead is scored, and charged, only when the sequential procedure asks
-for it, so the metric calls and the decisions are those of the procedure without speculation, under
-any budget.
+without scoring them, into :class:`.ahead.RunsAhead`, which the evaluator consults before it makes a run: a
+run made ahead is scored, and charged, only when the sequential procedure asks for it, so the metric calls
+and the decisions are those of the procedure without speculation, under any budget.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from ..runtime.paid_work import PaidWork
 from ..runtime.parallel import parallel_map
 from ..runtime.store import Memo
 from ..runtime.usage import UsageLedger
+from .ahead import RunsAhead
 from .executor import Runs
 from .program_state import ProgramState
 from .runner import check_first_runs
@@ -42,8 +43,6 @@ from .runs import Execution, Outcome, Reference, Step
 
 #: Earlier plain runs kept per example as candidate references.
 REFERENCES_KEPT = 6
-#: Journal key prefix of a run made ahead (speculation) that nothing asked for: its usage, no metric call.
-AHEAD_KEY_PREFIX = "ahead:"
 
 
 @dataclass
@@ -110,8 +109,8 @@ class Evaluator:
         self.phase_calls: Counter[str] = Counter()  # metric calls made per phase
         self.phase_wall: Counter[str] = Counter()  # seconds spent waiting on runs per phase
         self._history: dict[str, list[tuple[dict[str, str], Outcome]]] = {}
-        self._ahead: dict[str, Execution] = {}  # program runs made ahead of their scoring (speculation), by key
         self._lock = threading.Lock()
+        self.ahead = RunsAhead(self.work, budget, ledger, self.errors, self._lock)  # runs made ahead of their scoring
         self._first_runs_checked = False
 
     def evaluate(self, instructions: dict[str, str], examples: list[dspy.Example], phase: str) -> list[Outcome]:
@@ -149,7 +148,7 @@ class Evaluator:
 
     def chain_cost(self, chains: list[tuple[dspy.Example, list[dict[str, str]]]]) -> int:
         """Program runs :meth:`run_chains_ahead` would make now for ``chains`` (none is a metric call)."""
-        return len(self._not_run(_chain_keys(chains)[1]))
+        return len(self.ahead.not_run(_chain_keys(chains)[1]))
 
     def run_chains_ahead(self, chains: list[tuple[dspy.Example, list[dict[str, str]]]]) -> None:
         """Run, for each example, the program under a sequence of programs, in order, ahead of their scoring.
@@ -161,15 +160,14 @@ class Evaluator:
         in the order and under the budget of the sequential procedure (:meth:`_scored`).
         """
         digests, keys = _chain_keys(chains)
-        wanted = self._to_run_ahead(keys)
+        wanted = self.ahead.to_run(keys)
 
         def run_chain(chain: tuple[dspy.Example, list[dict[str, str]]]) -> None:
             example, states = chain
             previous: Execution | None = None
             for k, state in enumerate(states):
                 key = eval_key(digests[id(state)], example)
-                with self._lock:
-                    known = self._ahead.get(key)
+                known = self.ahead.get(key)
                 if known is None and key not in wanted:
                     previous = None  # scored already (or run by another chain): its run is not at hand
                     continue
@@ -178,8 +176,7 @@ class Evaluator:
                     reference = self._reference(state, example)
                 if known is None:
                     known = self.runner.execute(example, state, reference=reference)
-                    with self._lock:
-                        self._ahead.setdefault(key, known)
+                    self.ahead.keep(key, known)
                 previous = known
 
         parallel_map(run_chain, chains, self.num_threads)
@@ -190,52 +187,13 @@ class Evaluator:
         first: dict[str, int] = {}
         for i, key in enumerate(keys):
             first.setdefault(key, i)
-        wanted = self._to_run_ahead(keys)
+        wanted = self.ahead.to_run(keys)
         todo = [(key, i) for key, i in first.items() if key in wanted]
 
         def run(job: tuple[str, int]) -> None:
-            execution = execute(job[1])
-            with self._lock:
-                self._ahead.setdefault(job[0], execution)
+            self.ahead.keep(job[0], execute(job[1]))
 
         parallel_map(run, todo, self.num_threads)
-
-    def drop_ahead(self) -> int:
-        """Forget the runs made ahead that nothing asked for. Their LM usage is counted (phase ``speculation``)
-        and journaled, so a resumed run counts it once and does not make them again."""
-        with self._lock:
-            unused, self._ahead = list(self._ahead.items()), {}
-        for key, execution in unused:
-            record = {"usage": execution.usage, "attempts": execution.attempts, "scored": False}  # no metric call
-            self.work.memo.put(AHEAD_KEY_PREFIX + key, record)
-            self._count_unused(record)
-        if unused:
-            self.work.memo.sync()
-        return len(unused)
-
-    def _count_unused(self, record: dict) -> None:
-        self.ledger.add("task", "speculation", record["usage"])
-        with self._lock:
-            if record["attempts"] > 1:
-                self.errors["retries"] += record["attempts"] - 1
-
-    def _not_run(self, keys: list[str]) -> list[str]:
-        """The distinct ``keys`` neither settled, in flight, journaled, nor run ahead."""
-        with self._lock:
-            ahead = set(self._ahead)
-        return [key for key in self.work.pending(keys) if key not in ahead and not self.work.memo.has(key)]
-
-    def _to_run_ahead(self, keys: list[str]) -> set[str]:
-        """The keys to run ahead now: an earlier segment's unused run ahead (journaled) is counted, not made again."""
-        wanted = set()
-        for key in self._not_run(keys):
-            journaled = self.work.memo.get(AHEAD_KEY_PREFIX + key)
-            if journaled is None:
-                wanted.add(key)
-            else:
-                self.budget.charge_replayed_task(journaled["usage"])
-                self._count_unused(journaled)
-        return wanted
 
     def _scored(
         self, key: str, example: dspy.Example, reference: Reference | None, execute: Callable[[], Execution]
@@ -243,8 +201,7 @@ class Evaluator:
         """The work that settles ``key``: score the run made ahead for it, or make the run now and score it."""
 
         def pay() -> Outcome:
-            with self._lock:
-                execution = self._ahead.pop(key, None)
+            execution = self.ahead.take(key)
             return self.runner.score(example, execute() if execution is None else execution, reference)
 
         return pay

@@ -22,8 +22,8 @@ if TYPE_CHECKING:  # the sources import the verdict writer from here
 def judge_for(config: AgentGradConfig, parts: JudgingParts, sources: Sources) -> RoundJudge:
     """The stacked judge for rewrites alone with ``validate_together`` (windows of ``stack_rounds``), otherwise the
     paper's judge over every source."""
-    rewrites_only = config.proposals.candidates == "instructions"  # the checks ahead and the stack hold rewrites only
-    one_at_a_time = SequentialJudge(parts, sources.candidates, prefetch_checks=rewrites_only)
+    one_at_a_time = SequentialJudge(parts, sources.candidates)
+    rewrites_only = config.proposals.candidates == "instructions"  # the stack holds rewrites only
     if config.judging.validate_together and sources.rewrites is not None and rewrites_only:
         return StackedJudge(one_at_a_time, sources.rewrites, config.judging.stack_rounds)
     return one_at_a_time

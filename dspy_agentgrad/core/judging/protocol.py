@@ -15,7 +15,6 @@ import dspy
 
 from ...program.evaluation import Evaluator
 from ...runtime.budget import Budget
-from ..speculation import Speculation
 from ..state import CandidateRecord, Cluster, RoundRecord, RunState
 from .acceptance import Acceptance
 from .verdicts import Verdicts
@@ -32,16 +31,15 @@ class JudgingParts:
     budget: Budget
     valset: list[dspy.Example]
     state: RunState
-    speculation: Speculation
     before_judging: Callable[[], None]
 
 
 class RoundJudge(Protocol):
     """Step 5 for a round's clusters: proposes through the sources, judges, installs the winners."""
 
-    def prefetch(self, ready: list[Cluster], speculated: bool) -> None:
-        """Run the round's checks ahead where that changes no decision (``speculated``: the attribution found that
-        most hinted runs change nothing)."""
+    def validates_this_round(self) -> bool:
+        """Whether this round's winners get their validation pass in this round (not a later round's): what the
+        speculation layer needs to run the round's checks ahead."""
 
     def judge_round(
         self, ready: list[Cluster], minimum: int, round_record: RoundRecord, judged: list[CandidateRecord]
@@ -52,6 +50,7 @@ class RoundJudge(Protocol):
     def waiting(self) -> list[CandidateRecord]:
         """Winners installed but not validated yet (they wait for a later round's validation pass)."""
 
-    def settle(self, validate: bool) -> None:
+    def settle(self, validate: bool, stopped: bool = False) -> None:
         """On the way out: give winners still waiting their validation pass when ``validate`` and the budget allow
-        (otherwise the program goes back to the last validated one), and record them."""
+        (otherwise the program goes back to the last validated one), and record them; ``stopped``: a cap or a
+        callback ended the run, so their verdicts come from a window it cut short."""

@@ -10,18 +10,14 @@ from .protocol import JudgingParts
 
 class SequentialJudge:
     """Judges each source's candidates in turn, each verdict reported before the next candidate is made (a callback
-    may stop the run). ``prefetch_checks``: the round's checks may be run ahead (rewrites only: the checks ahead
-    stack rewrites)."""
+    may stop the run)."""
 
-    def __init__(self, parts: JudgingParts, sources: list[CandidateSource], prefetch_checks: bool):
+    def __init__(self, parts: JudgingParts, sources: list[CandidateSource]):
         self.parts = parts
         self.sources = sources
-        self.prefetch_checks = prefetch_checks
 
-    def prefetch(self, ready: list[Cluster], speculated: bool) -> None:
-        if speculated and self.prefetch_checks:
-            self.parts.before_judging()  # the stacked checks run against the starting program's scores
-            self.parts.speculation.prefetch_judging(ready, self.parts.state.round_index)
+    def validates_this_round(self) -> bool:
+        return True
 
     def judge_round(
         self, ready: list[Cluster], minimum: int, round_record: RoundRecord, judged: list[CandidateRecord]
@@ -35,7 +31,7 @@ class SequentialJudge:
     def waiting(self) -> list[CandidateRecord]:
         return []
 
-    def settle(self, validate: bool) -> None:
+    def settle(self, validate: bool, stopped: bool = False) -> None:
         """Nothing waits: every verdict was given in its round."""
 
     def update(self, source: CandidateSource, cluster: Cluster, minimum: int) -> CandidateRecord:

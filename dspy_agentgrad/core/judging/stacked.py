@@ -79,10 +79,8 @@ class StackedJudge:
         self._provisional: Provisional | None = None  # winners waiting for a later round's pass
         self._stack_lost_at: int | None = None  # the last round whose validation pass did not keep every winner
 
-    def prefetch(self, ready: list[Cluster], speculated: bool) -> None:
-        if speculated:
-            self.parts.before_judging()  # the stacked checks run against the starting program's scores
-            self.parts.speculation.prefetch_judging(ready, self.parts.state.round_index, validation=not self._waits())
+    def validates_this_round(self) -> bool:
+        return not self._waits()
 
     def waiting(self) -> list[CandidateRecord]:
         return self._provisional.winners if self._provisional else []
@@ -148,7 +146,7 @@ class StackedJudge:
         if short is not None:
             raise out_of_budget
 
-    def settle(self, validate: bool) -> None:
+    def settle(self, validate: bool, stopped: bool = False) -> None:
         """A stack still waiting gets its pass when ``validate`` and the budget allows; otherwise the program goes
         back to the last validated one. Its candidates are recorded either way (a stop callback asking again, at
         their verdicts, changes nothing: the run is ending)."""
@@ -164,7 +162,8 @@ class StackedJudge:
                 self._validate_stack(pending)
             except (BudgetExhausted, StopRun) as stop:  # a cap or a callback: what was accepted before it stays
                 logger.info("the last stack's validation did not finish: %s", stop)
-            self._mark_cut_short(pending, "the run stopped before its window's last round")
+            if stopped:
+                self._mark_cut_short(pending, "the run stopped before its window's last round")
         last = parts.state.rounds[-1]
         last.best_val_score, last.metric_calls = parts.state.best_val_score, parts.budget.metric_calls
         try:

@@ -16,8 +16,7 @@ from ..attribution import Attribution
 from ..events import Dispatcher
 from ..judging.verdicts import Verdicts
 from ..rewriting import Rewriter
-from ..speculation import Speculation
-from ..state import Cluster, Gradient, RunState
+from ..state import Gradient, RunState
 from .base import CandidateSource
 from .demos import DemoSource
 from .reflections import ReflectionSource
@@ -33,10 +32,6 @@ class Sources:
     rewrites: RewriteSource | None
     reflections: ReflectionSource | None
 
-    def prefetch(self, ready: list[Cluster]) -> None:
-        for source in self.candidates:
-            source.prefetch(ready)
-
     def reflect(self, batch: list[dspy.Example], attribution: Attribution) -> list[Gradient]:
         """Gradients from the round's hard cases (asked only when its failures gave none)."""
         return self.reflections.gradients(batch, attribution) if self.reflections else []
@@ -46,7 +41,6 @@ def sources_for(
     config: AgentGradConfig,
     rewriter: Rewriter,
     abstraction: Abstraction,
-    speculation: Speculation,
     state: RunState,
     verdicts: Verdicts,
     emit: Dispatcher,
@@ -54,6 +48,6 @@ def sources_for(
     """The composition ``config.proposals.candidates`` names (reflections feed rewrites, so they go with them)."""
     kinds = config.proposals.candidates
     demos = DemoSource(state, verdicts, emit, config.proposals.max_demos) if kinds != "instructions" else None
-    rewrites = RewriteSource(rewriter, speculation, state, verdicts, emit) if kinds != "demos" else None
+    rewrites = RewriteSource(rewriter, state, verdicts, emit) if kinds != "demos" else None
     reflections = ReflectionSource(abstraction, state) if rewrites and config.proposals.reflect_hard_cases else None
     return Sources([s for s in (demos, rewrites) if s is not None], rewrites, reflections)

@@ -18,9 +18,6 @@ Afford = Callable[[], None]
 class CandidateSource(Protocol):
     """One kind of candidate (instruction rewrites, demonstrations)."""
 
-    def prefetch(self, ready: list[Cluster]) -> None:
-        """Ask ahead for what :meth:`propose` will ask, where that changes no decision."""
-
     def clusters(self, ready: list[Cluster]) -> list[Cluster]:
         """The clusters this source proposes for, in the order they are judged."""
 

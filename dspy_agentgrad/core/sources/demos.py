@@ -20,9 +20,6 @@ class DemoSource:
         self.emit = emit
         self.max_demos = max_demos
 
-    def prefetch(self, ready: list[Cluster]) -> None:
-        """Nothing to ask ahead: a demonstration is made without an LM call."""
-
     def clusters(self, ready: list[Cluster]) -> list[Cluster]:
         return pooled(ready)
 

@@ -6,7 +6,6 @@ from ...program.program_state import ProgramState
 from ..events import CandidateProposed, Dispatcher
 from ..judging.verdicts import Verdicts
 from ..rewriting import Rewriter
-from ..speculation import Speculation
 from ..state import CandidateRecord, Cluster, RunState
 from .base import Afford
 
@@ -14,17 +13,11 @@ from .base import Afford
 class RewriteSource:
     """One rewrite per cluster, made on the program it would be installed on."""
 
-    def __init__(
-        self, rewriter: Rewriter, speculation: Speculation, state: RunState, verdicts: Verdicts, emit: Dispatcher
-    ):
+    def __init__(self, rewriter: Rewriter, state: RunState, verdicts: Verdicts, emit: Dispatcher):
         self.rewriter = rewriter
-        self.speculation = speculation
         self.state = state
         self.verdicts = verdicts
         self.emit = emit
-
-    def prefetch(self, ready: list[Cluster]) -> None:
-        self.speculation.prefetch_rewrites(ready)
 
     def clusters(self, ready: list[Cluster]) -> list[Cluster]:
         return ready
