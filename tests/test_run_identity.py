@@ -113,24 +113,6 @@ def test_records_of_another_run_appended_to_the_journal_are_refused(tmp_path, ca
     assert "another run" in caplog.text and "memo.jsonl" in caplog.text
 
 
-def test_a_journal_written_before_run_ids_still_resumes(tmp_path):
-    dspy.configure(lm=world_lm(World()))
-    first = compile_once(tmp_path).detailed_results
-    run = json.loads((tmp_path / "run.json").read_text())
-    for key in ("run_id", "adapter"):  # what an older version did not record
-        run.pop(key, None)
-    for role in ("task_lm", "prompt_lm"):
-        run[role].pop("endpoint", None)
-    (tmp_path / "run.json").write_text(json.dumps(run))
-    journal = tmp_path / "memo.jsonl"
-    lines = [json.loads(line) for line in journal.read_text().splitlines()]
-    old = [{k: v for k, v in e.items() if k not in ("run", "sum")} for e in lines]  # no run ids, no checksums
-    journal.write_text("".join(json.dumps(e) + "\n" for e in old))
-    again = compile_once(tmp_path).detailed_results
-    assert again.resumed and again.segments[-1]["metric_calls"] == 0  # every result replayed
-    assert decisions(again) == decisions(first)
-
-
 # ---- a resumed run can be extended ------------------------------------------------------------------
 
 

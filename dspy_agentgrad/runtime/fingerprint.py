@@ -1,17 +1,18 @@
 """``run.json``: the fingerprint of program, data, options, metric, LMs and prompts that a resumed run must
-share, and the run id its journal records carry."""
+share, and the run id its journal records carry. A ``log_dir`` of an earlier version is read through
+:mod:`.migration`, so what is compared here is always the current format."""
 
 from __future__ import annotations
 
 import json
 import logging
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .atomic_files import atomic_write_json
-from .store import JOURNAL
+from .migration import migrate, upgraded_run
+from .store import JOURNAL, RUN_FILE, RUN_ID, new_run_id
 
 logger = logging.getLogger("dspy.agentgrad")
 
@@ -26,9 +27,6 @@ OVERRIDABLE = ("metric", "task_lm", "prompt_lm", "prompts", "adapter", "options"
 #: budget or round limit, or stop it sooner): the journal's results stay valid, since each is keyed by
 #: what determines it, and the replay reaches the same decisions up to the old stopping point.
 STOPPING_OPTIONS = ("auto", "max_metric_calls", "max_full_evals", "max_rounds", "max_prompt_tokens", "max_prompt_cost")
-#: Parts an older version did not record: a fingerprint without them resumes, and they are recorded.
-ADDED_PARTS = ("adapter", "task_lm.endpoint", "prompt_lm.endpoint")
-RUN_ID = "run_id"
 _ABSENT = object()
 
 
@@ -40,26 +38,14 @@ class RunIdentity:
     run_id: str
 
 
-def _added_at_default(where: str, value: Any, defaults: dict) -> bool:
-    """An option the earlier run could not record (it did not exist then) at its neutral default: no difference."""
-    part, _, option = where.partition(".")
-    return part == "options" and option in defaults and value == defaults[option]
-
-
-def _differences(
-    previous: Any, current: Any, path: str = "", defaults: dict | None = None
-) -> list[tuple[str, Any, Any]]:
-    """(dotted path, old, new) for every leaf that differs; dicts are compared key by key. ``defaults``: the
-    neutral value of each option, for options absent from ``previous``."""
+def _differences(previous: Any, current: Any, path: str = "") -> list[tuple[str, Any, Any]]:
+    """(dotted path, old, new) for every leaf that differs; dicts are compared key by key."""
     if isinstance(previous, dict) and isinstance(current, dict):
         found = []
         for key in sorted(set(previous) | set(current)):
             where = f"{path}.{key}" if path else key
-            if key == RUN_ID or (key not in previous and where in ADDED_PARTS):
-                continue
-            if key not in previous and _added_at_default(where, current[key], defaults or {}):
-                continue
-            found += _differences(previous.get(key, _ABSENT), current.get(key, _ABSENT), where, defaults)
+            if key != RUN_ID:
+                found += _differences(previous.get(key, _ABSENT), current.get(key, _ABSENT), where)
         return found
     return [] if previous == current else [(path, previous, current)]
 
@@ -81,11 +67,12 @@ def check_fingerprint(
 
     The stopping options (:data:`STOPPING_OPTIONS`) may differ: the run goes on to the new limits.
     Parts named in ``resume_despite`` may differ too: the run resumes with a warning, the new values
-    are recorded, and results already paid for under the old ones are replayed as they are. An option
-    the earlier run did not record, now at its neutral value in ``option_defaults``, is no difference.
+    are recorded, and results already paid for under the old ones are replayed as they are. A ``log_dir``
+    of an earlier version is compared in the current format (``option_defaults``: each option's neutral
+    value, see :func:`.migration.upgraded_run`), and upgraded on disk when the resume is allowed.
     A journal without its ``run.json`` is refused: nothing could tell whether its results belong to this run.
     """
-    path = Path(log_dir) / "run.json"
+    path = Path(log_dir) / RUN_FILE
     journal = Path(log_dir) / JOURNAL
     if not path.exists() and (journal.is_symlink() or (journal.exists() and journal.stat().st_size > 0)):
         raise RunMismatch(
@@ -94,7 +81,7 @@ def check_fingerprint(
             f"{log_dir}), or use a new log_dir; to start over here, delete {journal} (its results are paid again)"
         )
     if not path.exists():
-        run_id = uuid.uuid4().hex[:12]
+        run_id = new_run_id()
         atomic_write_json(path, {**fingerprint, RUN_ID: run_id})
         return RunIdentity(False, run_id)
     try:
@@ -106,7 +93,8 @@ def check_fingerprint(
             f"{path} is not a readable run fingerprint ({exc}); it was damaged or written by something else. "
             f"Use a new log_dir, or delete {path} to resume the journal in {log_dir} as a new run"
         ) from None
-    diffs = _differences(previous, fingerprint, defaults=option_defaults)
+    upgraded = upgraded_run(previous, fingerprint, option_defaults or {})
+    diffs = _differences(upgraded, fingerprint)
     refused = [d for d in diffs if not _is_stopping(d[0]) and d[0].split(".")[0] not in resume_despite]
     if refused:
         details = "; ".join(f"{where}: {_shown(old)} -> {_shown(new)}" for where, old, new in refused)
@@ -121,8 +109,7 @@ def check_fingerprint(
     for where, old, new in diffs:
         log = logger.info if _is_stopping(where) else logger.warning
         log("resuming %s with %s: %s -> %s", log_dir, where, _shown(old), _shown(new))
-    run_id = previous.get(RUN_ID) or uuid.uuid4().hex[:12]  # a run.json from before run ids gets one now
-    updated = {**fingerprint, RUN_ID: run_id}
-    if updated != previous:
+    updated = {**fingerprint, RUN_ID: upgraded[RUN_ID]}
+    if not migrate(Path(log_dir), previous, updated) and updated != previous:
         atomic_write_json(path, updated)
-    return RunIdentity(True, run_id)
+    return RunIdentity(True, updated[RUN_ID])

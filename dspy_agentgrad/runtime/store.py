@@ -12,7 +12,9 @@
   carries its time within the segment, so the time and money spent by every
   segment (killed ones too) can be read back.
 * ``run.json``: the fingerprint of program, data, options, metric, LMs and
-  prompts; resuming with anything else is refused (:func:`.fingerprint.check_fingerprint`).
+  prompts, and the run id every journal line carries; resuming with anything else is refused
+  (:func:`.fingerprint.check_fingerprint`). A ``log_dir`` written by an earlier version is upgraded to
+  this format when a resume opens it (:mod:`.migration`).
 * ``state.json`` and ``result.json``: a readable snapshot. Every file in ``log_dir`` is written
   atomically (:func:`.atomic_files.atomic_write_bytes`); the journal is appended to, never through a link.
 
@@ -30,6 +32,7 @@ import logging
 import os
 import threading
 import time
+import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,10 +42,18 @@ from .usage import empty_usage
 logger = logging.getLogger("dspy.agentgrad")
 
 JOURNAL = "memo.jsonl"
+RUN_FILE = "run.json"
+RUN_ID = "run_id"  # the field of run.json holding the run id
+RUN_TAG = "run"  # the field of a journal line holding it
 TEXT_MIN_CHARS = 80
 SYNC_INTERVAL_S = 1.0
 PROMPT_KEY_PREFIX = "role:"  # journal keys of prompt-LM calls
 ANSWER_KEY_PREFIX = "answer:"  # journal keys of task-LM answers (counted with the run they belong to)
+
+
+def new_run_id() -> str:
+    """The id of a new run, written to ``run.json`` and carried by every journal line."""
+    return uuid.uuid4().hex[:12]
 
 
 # ---- the journal ------------------------------------------------------------------------------
@@ -194,11 +205,11 @@ class Memo:
     @property
     def _tag(self) -> dict[str, str]:
         """What ties a journal line to this run (nothing without a run id)."""
-        return {} if self.run_id is None else {"run": self.run_id}
+        return {} if self.run_id is None else {RUN_TAG: self.run_id}
 
     def _foreign(self, entry: dict) -> bool:
-        """A line written by another run; lines from before run ids carry none and are this run's."""
-        return self.run_id is not None and "run" in entry and entry["run"] != self.run_id
+        """A line not written by this run (checked when the run has an id)."""
+        return self.run_id is not None and entry.get(RUN_TAG) != self.run_id
 
     def _load(self) -> None:
         raw = self.path.read_bytes()
@@ -207,15 +218,13 @@ class Memo:
         damaged: list[int] = []
         records: list[tuple[int, str, Any, float]] = []
         segment: Segment | None = None
-        seen_seal = False  # lines of an older version carry no seal: trusted only before the first sealed line
         for number, line in enumerate(lines, 1):
             if not line.strip():
                 continue
             try:
                 text = line.decode("utf-8", "surrogatepass")
                 entry = json.loads(text)
-                seen_seal = seen_seal or SUM_FIELD in entry
-                if not (_seal_holds(text, entry) if SUM_FIELD in entry else not seen_seal):
+                if SUM_FIELD not in entry or not _seal_holds(text, entry):
                     self.untrusted += 1
                     continue
                 if "text" in entry:  # texts are named by their digest: any run's copy is the same text
@@ -230,9 +239,9 @@ class Memo:
                         segment.wall_time_s = float(entry["segment_end"]["wall_time_s"])
                         segment.finished = True
                 else:
-                    records.append((number, entry["key"], entry["value"], float(entry.get("at", 0.0))))
+                    records.append((number, entry["key"], entry["value"], float(entry["at"])))
                     if segment is not None:
-                        segment.add(entry["key"], entry["value"], float(entry.get("at", 0.0)))
+                        segment.add(entry["key"], entry["value"], float(entry["at"]))
             except (ValueError, KeyError, TypeError, AttributeError):
                 damaged.append(number)
         for number, key, value, _ in records:
