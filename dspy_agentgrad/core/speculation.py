@@ -127,8 +127,7 @@ class Speculation:
     def may_ask_ahead(self) -> bool:
         """Prompt-LM calls the sequential procedure may not make are asked only with ``speculate`` on and no
         prompt-LM cap (a rewrite asked ahead could take tokens a call that comes first needs)."""
-        budget = self.budget
-        return self.config.execution.speculate and budget.max_prompt_tokens is None and budget.max_prompt_cost is None
+        return self.config.execution.speculate and not self.budget.prompt_capped
 
     def prefetch_judging(self, ready: list[Cluster], validation: bool) -> None:
         """Run the round's candidate checks ahead, as if every candidate wins.

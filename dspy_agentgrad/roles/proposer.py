@@ -100,8 +100,7 @@ class Proposer:
 
     def _call(self, role: str, signature: type[dspy.Signature], inputs: dict[str, Any]) -> dict | None:
         key = f"role:{signature.__name__}:{digest(inputs)}"
-        capped = self.budget.max_prompt_tokens is not None or self.budget.max_prompt_cost is not None
-        bound = worst_case_usage(self.prompt_model, signature, inputs) if capped else None  # formats the prompt
+        bound = worst_case_usage(self.prompt_model, signature, inputs) if self.budget.prompt_capped else None
         return self._settle(role, key, lambda: self._predict(signature, inputs), bound)
 
     def _predict(self, signature: type[dspy.Signature], inputs: dict[str, Any]) -> dict:
@@ -207,7 +206,7 @@ class Proposer:
 
     def _gate(self, key: str) -> PromptGate | None:
         """A gate for the LM requests of user code, where a prompt-LM cap is set."""
-        if self.budget.max_prompt_tokens is None and self.budget.max_prompt_cost is None:
+        if not self.budget.prompt_capped:
             return None
         install()
         return PromptGate(self.budget, key, self._price, current_batch())

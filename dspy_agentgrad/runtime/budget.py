@@ -119,6 +119,10 @@ class Budget:
     def task_capped(self) -> bool:
         return self.max_task_calls is not None or self.max_task_tokens is not None
 
+    @property
+    def prompt_capped(self) -> bool:
+        return self.max_prompt_tokens is not None or self.max_prompt_cost is not None
+
     def _task_fits(self, ticket: TaskTicket, held: TaskTicket) -> bool:
         calls_ok = self.max_task_calls is None or self.task_calls + held.calls + ticket.calls <= self.max_task_calls
         tokens_ok = (
