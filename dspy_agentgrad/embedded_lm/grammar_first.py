@@ -3,7 +3,40 @@ first, and the CPU's extra buffer types can be switched off at load."""
 
 from __future__ import annotations
 
+import ctypes
+from collections.abc import Callable
 from typing import Any
+
+import numpy as np
+
+#: llama.cpp's llama_token_data, as numpy lays it out
+_TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)])
+
+
+#: Highest logits checked against the grammar when the argmax is refused, before the whole vocabulary is: in the
+#: main job 72% of refused argmaxes had their answer among the top 3, the rest thousands of places down.
+TOP_CANDIDATES = 32
+
+
+def first_allowed(logits: np.ndarray, allowed: Callable[[np.ndarray], np.ndarray], top: int) -> int | None:
+    """The index greedy decoding takes once a grammar has masked the vocabulary, looked for among the ``top``
+    highest logits only: ``allowed(indices)`` says which of those indices the grammar keeps.
+
+    None when no kept index is among them, or when the best kept one ties with the lowest logit looked at (a
+    token left out could tie with it and come first in vocabulary order, which greedy takes): then only masking
+    the whole vocabulary can tell.
+    """
+    size = logits.size
+    k = min(top, size)
+    idx = np.argpartition(logits, size - k)[size - k :]
+    idx = idx[np.lexsort((idx, -logits[idx]))]  # highest first, ties in vocabulary order as greedy takes them
+    kept = np.flatnonzero(allowed(idx))
+    if not kept.size:
+        return None
+    best = int(idx[kept[0]])
+    if k < size and not logits[best] > logits[idx[-1]]:
+        return None
+    return best
 
 
 class _GrammarFirst:
@@ -12,18 +45,16 @@ class _GrammarFirst:
     llama-cpp-python applies a grammar to every candidate token at every step;
     with Gemma 3's 262k-token vocabulary that made constrained generation ~4x
     slower than free generation. At temperature 0 only the argmax matters, so
-    (as llama.cpp's own common sampler does) this checks the argmax alone and
-    masks the whole vocabulary only when the argmax is rejected. Output is
-    identical to full masking.
+    (as llama.cpp's own common sampler does) this checks the argmax alone; when
+    the grammar refuses it, the next highest logits (:func:`first_allowed`), and
+    the whole vocabulary only when those cannot settle it. Output is identical
+    to full masking.
     """
 
     def __init__(self, vocab: Any, grammar_text: str, root: str = "root"):
-        import ctypes
-
         import llama_cpp
 
         self._lib = llama_cpp
-        self._ctypes = ctypes
         self.grammar = llama_cpp.llama_sampler_init_grammar(vocab, grammar_text.encode("utf-8"), root.encode("utf-8"))
         if not self.grammar:
             raise ValueError("llama.cpp could not parse the output grammar")
@@ -52,21 +83,35 @@ class _GrammarFirst:
         self.sampler.iface = ctypes.pointer(iface)
         self.sampler.ctx = None
 
-    def _apply(self, cur_p: Any) -> None:
-        import numpy as np
+    def _kept(self, ids: np.ndarray, logits: np.ndarray) -> np.ndarray:
+        """Which of these tokens the grammar keeps in its current state (it judges each token on its own)."""
+        lib = self._lib
+        cells = np.empty(ids.size, dtype=_TOKEN_DATA)
+        cells["id"], cells["logit"], cells["p"] = ids, logits, 0.0
+        batch = lib.llama_token_data_array(
+            cells.ctypes.data_as(ctypes.POINTER(lib.llama_token_data)), ids.size, -1, False
+        )
+        lib.llama_sampler_apply(self.grammar, ctypes.byref(batch))
+        return cells["logit"] != -np.inf
 
-        lib, ctypes = self._lib, self._ctypes
+    def _apply(self, cur_p: Any) -> None:
         arr = cur_p.contents
-        data = np.ctypeslib.as_array(arr.data, shape=(arr.size,))
-        token = int(data["id"][int(np.argmax(data["logit"]))])
-        one = (lib.llama_token_data * 1)(lib.llama_token_data(token, 0.0, 0.0))
-        probe = lib.llama_token_data_array(one, 1, -1, False)
-        lib.llama_sampler_apply(self.grammar, ctypes.byref(probe))
-        if one[0].logit == float("-inf"):
-            lib.llama_sampler_apply(self.grammar, cur_p)
+        # llama_token_data is {int32 id; float logit; float p}: one row of three 4-byte cells per token
+        rows = np.ctypeslib.as_array(ctypes.cast(arr.data, ctypes.POINTER(ctypes.c_int32)), shape=(arr.size, 3))
+        ids, logits = rows[:, 0], rows.view(np.float32)[:, 1]
+        best = int(np.argmax(logits))
+        if self._kept(ids[best : best + 1], logits[best : best + 1])[0]:
+            return
+        chosen = first_allowed(logits, lambda idx: self._kept(ids[idx], logits[idx]), TOP_CANDIDATES)
+        if chosen is None:
+            self._lib.llama_sampler_apply(self.grammar, cur_p)
+            return
+        value = float(logits[chosen])
+        logits[:] = -np.inf  # greedy takes the one token left, as after masking the whole vocabulary
+        logits[chosen] = value
 
     def get_sampler(self) -> Any:
-        return self._ctypes.pointer(self.sampler)
+        return ctypes.pointer(self.sampler)
 
     def __del__(self) -> None:
         if getattr(self, "grammar", None):
