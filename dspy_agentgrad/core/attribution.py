@@ -37,6 +37,11 @@ class Attribution:
     outcomes: list[Outcome]
     budget_stop: str | None = None  # a cap that stopped the cumulative pass: its failures left are hard cases
 
+    @property
+    def failures(self) -> int:
+        """The batch's failures: its runs below the top score."""
+        return len(self.outcomes) - len(self.report.passed)
+
 
 class Attributor:
     """Attributes a batch's failures to predictors for the program it is given (steps 1-2).
