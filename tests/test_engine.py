@@ -65,7 +65,7 @@ def test_the_engine_hands_each_round_to_its_judge_and_records_its_verdicts():
     train = make_data({"extract": 3, "notes": 2, "answer": 2, "none": 3})
     val = make_data({"extract": 2, "notes": 2, "none": 2}, start=50)
     engine, _, judge = stubbed_engine(train, val)
-    starting = dict(engine.state.instructions)
+    starting = engine.state.instructions
 
     engine.run(max_rounds=2)
 
@@ -77,7 +77,7 @@ def test_the_engine_hands_each_round_to_its_judge_and_records_its_verdicts():
     assert [r.candidates for r in rounds] == [n for _, n in judge.rounds]
     assert len(engine.state.candidates) == sum(n for _, n in judge.rounds)
     assert all(not c.accepted and c.reason == "stubbed" for c in engine.state.candidates)
-    assert dict(engine.state.instructions) == starting  # nothing was installed
+    assert engine.state.instructions == starting  # nothing was installed
     assert judge.settled == [True, False]  # after the last round, then on the way out
 
 

@@ -119,7 +119,7 @@ class RoundEngine:
         metric calls are set aside first (see :class:`StartingValidation`).
         """
         sizes, cap = (len(self.trainset), len(self.valset)), self.budget.max_metric_calls
-        self.emit("on_run_start", RunStart(list(self.state.instructions), *sizes, cap, max_rounds, resumed))
+        self.emit("on_run_start", RunStart(self.state.instructions.names, *sizes, cap, max_rounds, resumed))
         with ThreadPoolExecutor(max_workers=1) as background, shared_threads(self.config.execution.num_threads):
             try:
                 self.starting.start(background)
@@ -197,7 +197,7 @@ class RoundEngine:
             for g in self.state.waiting
             if (g.predictor, example_key(g.record.example)) not in fresh_keys
             and self.rules.still_waits(g.round, r)
-            and g.instruction == self.state.instructions[g.predictor]
+            and g.instruction == self.state.instructions.instruction(g.predictor)
         ]
         ready, self.state.waiting = self.abstraction.abstract(fresh + carried, minimum, self.state.instructions)
         ready = judging_order(ready, report.order)
