@@ -18,6 +18,7 @@ import dspy
 from .config import AgentGradConfig
 from .core.attribution import Attribution
 from .core.engine import RoundEngine
+from .core.round_rules import judging_order
 from .core.state import CandidateRecord, Cluster, exact_total
 from .program.evaluation import Evaluator
 from .program.program_state import ProgramState
@@ -34,7 +35,7 @@ def measure_sample(
     attribution = engine.attribute(sample)
     seconds = time.time() - started
     report = attribution.report
-    failures = sum(o.score < config.scores.max_score for o in attribution.outcomes)
+    failures = attribution.failures
     runs, reused = budget.metric_calls, evaluator.reused
     unfixed = runs + reused - len(sample) - sum(report.counts().values())  # hinted runs that fixed nothing
     stats = SampleStats(
@@ -73,20 +74,19 @@ def _try_rewrites(
     report, start_program = attribution.report, engine.state.instructions
     program, budget, evaluator = start_program, engine.budget, engine.evaluator
     clusters, _ = engine.abstraction.abstract(engine.abstraction.gradients(report, program, 0), 1, program)
-    reverse_rank = {name: -i for i, name in enumerate(report.order)}
     largest: dict[str, Cluster] = {}
-    for cluster in sorted(clusters, key=lambda c: (-len(c.members), reverse_rank.get(c.predictor, 0))):
+    for cluster in judging_order(clusters, report.order):
         largest.setdefault(cluster.predictor, cluster)
     winners: list[tuple[list[dspy.Example], list[bool]]] = []  # each winner's blamed failures, and which it fixed
     paid = ran = repeats = 0
     for name, cluster in largest.items():
-        proposal = engine.rewriter.rewrite(cluster, program)
-        if engine.rewriter.unusable(proposal, program[name], name) is not None:
+        record, candidate = engine.sources.rewrites.propose(cluster, 1, program)
+        if candidate is None:
             continue  # a candidate the run could not judge: no win
         in_cluster = {id(g.record) for g in cluster.members}
         members = [g.record.example for g in cluster.members]
         blamed = members + [r.example for r in report.attributed[name] if id(r) not in in_cluster]
-        candidate, start = program.with_instruction(name, proposal), budget.metric_calls
+        start = budget.metric_calls
         after = evaluator.evaluate(candidate, blamed, "minibatch")
         paid, ran = paid + budget.metric_calls - start, ran + len(blamed)
         before = evaluator.evaluate(program, members, "minibatch")  # paid already, by the attribution or a check
@@ -94,7 +94,7 @@ def _try_rewrites(
             winners.append((blamed, [o.score >= config.scores.max_score for o in after]))
             program = candidate
         else:
-            repeats += _proposed_again(engine, cluster, program, proposal)
+            repeats += _proposed_again(engine, cluster, program, record)
     stats.rewrites, stats.rewrite_wins = len(largest), len(winners)
     losers = len(largest) - len(winners)
     stats.repeat_share = repeats / losers if losers else None
@@ -115,13 +115,11 @@ def _try_rewrites(
         stats.carry_over = min(1.0, held / in_sample)
 
 
-def _proposed_again(engine: RoundEngine, cluster: Cluster, program: ProgramState, proposal: str) -> bool:
-    """Whether the rewrite role, shown ``proposal`` as rejected, proposes it again for the same cluster (a
+def _proposed_again(engine: RoundEngine, cluster: Cluster, program: ProgramState, lost: CandidateRecord) -> bool:
+    """Whether the rewrite role, shown ``lost``'s rewrite as rejected, proposes it again for the same cluster (a
     run's later rounds then judge it on runs already paid for)."""
-    name = cluster.predictor
-    lost = CandidateRecord(0, name, len(cluster.members), 1, cluster.text, program[name], proposal)
     engine.state.candidates.append(lost)  # the sample's own engine: its history, not the run's
-    return engine.rewriter.rewrite(cluster, program) == proposal
+    return engine.rewriter.rewrite(cluster, program) == lost.instruction
 
 
 def _fixed_share(

@@ -22,7 +22,7 @@ from .program.hints import default_hint
 from .program.metric import Metric
 from .program.runner import ProgramRunner
 from .reporting.estimate import Estimate, build_estimate
-from .reporting.projection import RunSoFar, SampleStats
+from .reporting.projection import RunShape, RunSoFar, SampleStats
 from .roles.instruction_proposer import InstructionProposer
 from .roles.proposer import Proposer
 from .runtime.budget import Budget
@@ -159,7 +159,7 @@ def estimator(
                 prices[role] = price_function(lm) if priced else None
         except ValueError:
             prices[role] = None
-    trainable = set(names) - config.proposals.frozen(names)
+    run = RunShape(names, set(names) - config.proposals.frozen(names), n_train, n_val, max_calls, max_rounds)
     worst = max_calls
     if max_rounds is not None:
         worst = worst_case_calls(
@@ -173,18 +173,6 @@ def estimator(
         worst = worst if max_calls is None else min(worst, max_calls)
 
     def estimate_from(sample: SampleStats, so_far: RunSoFar | None = None) -> Estimate:
-        return build_estimate(
-            config,
-            sample,
-            predictors=names,
-            trainable=trainable,
-            n_train=n_train,
-            n_val=n_val,
-            max_metric_calls=max_calls,
-            max_rounds=max_rounds,
-            worst_case=worst,
-            prices=prices,
-            so_far=so_far,
-        )
+        return build_estimate(config, sample, run, worst_case=worst, prices=prices, so_far=so_far)
 
     return estimate_from

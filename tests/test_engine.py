@@ -1,5 +1,6 @@
-"""The round engine with a stubbed judge and stubbed sources: it hands each round's clusters to whatever judge it
-holds, records the verdicts that judge gave, and settles the judge on the way out."""
+"""The round engine with a stubbed judge and stubbed sources: it asks the sources, hands each round's clusters to
+whatever judge it holds, records the verdicts that judge gave, stops by its rules and settles the judge on the way
+out."""
 
 from __future__ import annotations
 
@@ -12,9 +13,13 @@ from dspy_agentgrad.runtime.budget import Budget
 
 
 class StubSources:
-    """No reflections."""
+    """No reflections; records the batch size of each round that asked for them."""
+
+    def __init__(self):
+        self.asked: list[int] = []
 
     def reflect(self, batch, attribution) -> list:
+        self.asked.append(len(batch))
         return []
 
 
@@ -47,15 +52,20 @@ class StubJudge:
         self.settled.append(validate)
 
 
-def test_the_engine_hands_each_round_to_its_judge_and_records_its_verdicts():
+def stubbed_engine(train: list[dspy.Example], val: list[dspy.Example]):
+    """An engine over the test world whose sources and judge are the stubs."""
     dspy.configure(lm=world_lm(World()))
-    train = make_data({"extract": 3, "notes": 2, "answer": 2, "none": 3})
-    val = make_data({"extract": 2, "notes": 2, "none": 2}, start=50)
     optimizer = AgentGrad(feedback_metric, seed=0, num_threads=1, config=AgentGradConfig.from_options(progress=False))
     engine = optimizer._engine(optimizer._parts(Pipeline(), Budget(), None), train, val)
-    starting = dict(engine.state.instructions)
-    sources, judge = StubSources(), StubJudge(engine.verdicts)
-    engine.sources, engine.judge = sources, judge
+    engine.sources, engine.judge = StubSources(), StubJudge(engine.verdicts)
+    return engine, engine.sources, engine.judge
+
+
+def test_the_engine_hands_each_round_to_its_judge_and_records_its_verdicts():
+    train = make_data({"extract": 3, "notes": 2, "answer": 2, "none": 3})
+    val = make_data({"extract": 2, "notes": 2, "none": 2}, start=50)
+    engine, _, judge = stubbed_engine(train, val)
+    starting = engine.state.instructions
 
     engine.run(max_rounds=2)
 
@@ -67,5 +77,17 @@ def test_the_engine_hands_each_round_to_its_judge_and_records_its_verdicts():
     assert [r.candidates for r in rounds] == [n for _, n in judge.rounds]
     assert len(engine.state.candidates) == sum(n for _, n in judge.rounds)
     assert all(not c.accepted and c.reason == "stubbed" for c in engine.state.candidates)
-    assert dict(engine.state.instructions) == starting  # nothing was installed
+    assert engine.state.instructions == starting  # nothing was installed
     assert judge.settled == [True, False]  # after the last round, then on the way out
+
+
+def test_the_engine_asks_its_sources_and_stops_once_a_batch_of_the_whole_training_set_passes():
+    train, val = make_data({"none": 3}), make_data({"none": 2}, start=50)
+    engine, sources, judge = stubbed_engine(train, val)
+
+    reason = engine.run(max_rounds=5)
+
+    assert reason == "no failures left on the training set"
+    assert judge.rounds == [(0, 0)]  # one round, with no cluster to judge
+    assert sources.asked == [len(train)]  # no failure gave a gradient: the sources' reflections were asked
+    assert judge.settled == [True, False]

@@ -17,7 +17,7 @@ from dspy_agentgrad.cli import main as cli_main
 from dspy_agentgrad.config import AgentGradConfig
 from dspy_agentgrad.reporting.charts import candidate_positions
 from dspy_agentgrad.reporting.estimate import build_estimate
-from dspy_agentgrad.reporting.projection import SampleStats
+from dspy_agentgrad.reporting.projection import RunShape, SampleStats
 from dspy_agentgrad.reporting.report import render_html, word_diff
 from dspy_agentgrad.reporting.results import why_unchanged
 
@@ -205,27 +205,15 @@ def test_without_rewrites_to_try_the_estimate_says_it_assumed_their_wins():
 def test_usd_and_wall_time_follow_the_measured_sample():
     usage = dict(calls=20, prompt_tokens=2000, completion_tokens=500)
     sample = SampleStats(runs=10, failure_rate=0.5, task_usage=usage, seconds=5.0)
-    options = dict(n_train=32, n_val=10, max_metric_calls=None, max_rounds=2, worst_case=300)
+    run = RunShape(["a", "b"], {"a", "b"}, n_train=32, n_val=10, max_metric_calls=None, max_rounds=2)
     one_dollar_per_call = {"task": lambda usage: usage["calls"], "prompt": lambda usage: usage["calls"]}
     est = build_estimate(
-        AgentGradConfig.from_options(num_threads=1),
-        sample,
-        predictors=["a", "b"],
-        trainable={"a", "b"},
-        prices=one_dollar_per_call,
-        **options,
+        AgentGradConfig.from_options(num_threads=1), sample, run, worst_case=300, prices=one_dollar_per_call
     )
     assert est.task_lm_calls == round(2 * est.metric_calls)
     assert est.usd == est.task_lm_calls + est.prompt_lm_calls
     assert est.wall_time_s == pytest.approx(0.5 * est.metric_calls + 0.25 * est.prompt_lm_calls, rel=0.02)
-    faster = build_estimate(
-        AgentGradConfig.from_options(num_threads=4),
-        sample,
-        predictors=["a", "b"],
-        trainable={"a", "b"},
-        prices={},
-        **options,
-    )
+    faster = build_estimate(AgentGradConfig.from_options(num_threads=4), sample, run, worst_case=300, prices={})
     assert faster.wall_time_s == pytest.approx(est.wall_time_s / 4) and faster.unpriced == ["task", "prompt"]
 
 

@@ -11,7 +11,8 @@ import dspy
 import pytest
 
 from dspy_agentgrad.core.batches import BatchSampler
-from dspy_agentgrad.core.clustering import min_cluster_size, random_minibatches, tfidf_groups
+from dspy_agentgrad.core.clustering import random_minibatches, tfidf_groups
+from dspy_agentgrad.core.round_rules import RoundRules
 from dspy_agentgrad.option_groups import auto_budget
 from dspy_agentgrad.program.prompt_text import input_values, instructions, output_fields
 from dspy_agentgrad.reporting.paired import PairedChange
@@ -25,7 +26,7 @@ from dspy_agentgrad.runtime.store import Memo
 
 
 def test_cyclic_schedule_repeats():
-    assert [min_cluster_size((3, 2, 1), r) for r in range(7)] == [3, 2, 1, 3, 2, 1, 3]
+    assert [RoundRules((3, 2, 1), 1, None).minimum(r) for r in range(7)] == [3, 2, 1, 3, 2, 1, 3]
 
 
 def test_normalize_clusters_drops_bad_members_and_keeps_every_gradient_once():

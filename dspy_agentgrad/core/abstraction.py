@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 
 import dspy
 
 from ..config import AgentGradConfig
+from ..program.program_state import ProgramState
 from ..program.runs import Outcome
 from ..roles.gradient_groups import GradientGroup
 from ..roles.proposer import Proposer, StepRole
@@ -35,7 +36,7 @@ class Abstraction:
         self.signatures = signatures
         self.rng = rng  # shared with the engine's batch sampler: one seeded stream for the run
 
-    def gradients(self, report: AttributionReport, instructions: Mapping[str, str], round_index: int) -> list[Gradient]:
+    def gradients(self, report: AttributionReport, instructions: ProgramState, round_index: int) -> list[Gradient]:
         """Step 3: one gradient per attributed failure of a predictor that may be rewritten. With
         ``candidates="demos"`` no rewrite needs one: the text is the pseudo-label itself (no LM call), which
         step 4 groups, and leaking pseudo-labels are left out (they can make no demonstration)."""
@@ -49,7 +50,7 @@ class Abstraction:
                     rec,
                     f"{name} should write {self.proposer.fields(rec.corrected)}",
                     round_index,
-                    instructions[name],
+                    instructions.instruction(name),
                 )
                 for name, rec in items
                 if demo_of(rec) is not None
@@ -60,9 +61,11 @@ class Abstraction:
             name, rec = item
             if self.config.abstraction.agent_supervision and rec.corrected:
                 role = StepRole(self.signatures.get(name, ""), steps)
-                return self.proposer.gradient(role, instructions[name], rec.inputs, rec.original, rec.corrected)
+                return self.proposer.gradient(
+                    role, instructions.instruction(name), rec.inputs, rec.original, rec.corrected
+                )
             return self.proposer.system_gradient(
-                instructions[name], dict(rec.example.inputs()), rec.program_outputs, self._expected(rec)
+                instructions.instruction(name), dict(rec.example.inputs()), rec.program_outputs, self._expected(rec)
             )
 
         return self._extracted(extract, items, instructions, round_index)
@@ -71,7 +74,7 @@ class Abstraction:
         self,
         asked: list[tuple[str, dspy.Example, Outcome]],
         order: list[str],
-        instructions: Mapping[str, str],
+        instructions: ProgramState,
         round_index: int,
     ) -> list[Gradient]:
         """Step 3 for hard cases (``reflect_hard_cases``): no hint fixed them, so there is no pseudo-label and no
@@ -90,7 +93,7 @@ class Abstraction:
             name, rec = item
             role = StepRole(self.signatures.get(name, ""), steps)
             return self.proposer.reflection(
-                role, instructions[name], rec.inputs, rec.original, rec.program_outputs, self._expected(rec)
+                role, instructions.instruction(name), rec.inputs, rec.original, rec.program_outputs, self._expected(rec)
             )
 
         return self._extracted(reflect, items, instructions, round_index)
@@ -108,19 +111,19 @@ class Abstraction:
         self,
         extract: Callable[[tuple[str, AttributionRecord]], str | None],
         items: list[tuple[str, AttributionRecord]],
-        instructions: Mapping[str, str],
+        instructions: ProgramState,
         round_index: int,
     ) -> list[Gradient]:
         """The gradients ``extract`` gives for ``items`` (asked concurrently, kept in item order)."""
         texts = parallel_map(extract, items, self.config.execution.num_threads)
         return [
-            Gradient(name, rec, text, round_index, instructions[name])
+            Gradient(name, rec, text, round_index, instructions.instruction(name))
             for (name, rec), text in zip(items, texts)
             if text
         ]
 
     def abstract(
-        self, pool: list[Gradient], minimum: int, instructions: Mapping[str, str]
+        self, pool: list[Gradient], minimum: int, instructions: ProgramState
     ) -> tuple[list[Cluster], list[Gradient]]:
         """Step 4: clusters that meet ``minimum``, and the gradients that wait for a later round.
 
@@ -141,7 +144,9 @@ class Abstraction:
             return ready, waiting
         names = list(by_predictor)
         grouped = parallel_map(
-            lambda name: self._groups(instructions[name], name, [g.text for g in by_predictor[name]], minimum),
+            lambda name: self._groups(
+                instructions.instruction(name), name, [g.text for g in by_predictor[name]], minimum
+            ),
             names,
             self.config.execution.num_threads,
         )

@@ -8,7 +8,7 @@ makes no LM call itself: program runs, hinted or not, go through the :class:`Eva
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import dspy
@@ -16,6 +16,7 @@ import dspy
 from ..config import AgentGradConfig
 from ..program.evaluation import Evaluator, Intervention
 from ..program.hints import PLACEBOS, Hint, as_hint, leaks_label
+from ..program.program_state import ProgramState
 from ..program.run_control import call_key
 from ..program.runs import Outcome, Step
 from ..runtime.budget import BudgetExhausted
@@ -37,6 +38,11 @@ class Attribution:
     outcomes: list[Outcome]
     budget_stop: str | None = None  # a cap that stopped the cumulative pass: its failures left are hard cases
 
+    @property
+    def failures(self) -> int:
+        """The batch's failures: its runs below the top score."""
+        return len(self.outcomes) - len(self.report.passed)
+
 
 class Attributor:
     """Attributes a batch's failures to predictors for the program it is given (steps 1-2).
@@ -53,10 +59,10 @@ class Attributor:
         self.lookahead = lookahead
         self.max_score = config.scores.max_score
         self.fix_score = config.scores.max_score if config.scores.fix_threshold is None else config.scores.fix_threshold
-        self._instructions: Mapping[str, str] = {}  # the program of the current call, which hinted runs run
+        self._instructions = ProgramState({})  # the program of the current call, which hinted runs run
 
     def attribute(
-        self, instructions: Mapping[str, str], examples: list[dspy.Example], round_index: int, phase: str = "evaluate"
+        self, instructions: ProgramState, examples: list[dspy.Example], round_index: int, phase: str = "evaluate"
     ) -> Attribution:
         """Failure set and sequential intervention in reverse execution order.
 

@@ -1,16 +1,10 @@
-"""Grouping gradients: the cyclic minimum-size schedule, TF-IDF
-grouping (deterministic, no LM), grouping by embedding vectors, and random minibatches
-for the ablation."""
+"""Grouping gradients: TF-IDF grouping (deterministic, no LM), grouping by embedding vectors, and random
+minibatches for the ablation. The cyclic minimum-size schedule is a rule of the round (:mod:`.round_rules`)."""
 
 from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-
-
-def min_cluster_size(schedule: Sequence[int], round_index: int) -> int:
-    """Round r uses schedule[r mod len]: broad patterns, then finer ones, then again."""
-    return schedule[round_index % len(schedule)]
 
 
 def tfidf_groups(texts: list[str], distance_threshold: float = 0.8) -> list[list[int]]:

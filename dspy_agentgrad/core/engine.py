@@ -3,7 +3,9 @@
 One round: failure set -> sequential intervention in reverse execution order ->
 gradient per attributed failure -> semantic abstraction under the cyclic
 minimum-cluster-size schedule -> candidates judged by the run's judge. The engine owns the
-loop and its stop rules and reports each step as a typed event (:mod:`dspy_agentgrad.core.events`).
+loop and applies its stop rules, and reports each step as a typed event (:mod:`dspy_agentgrad.core.events`);
+the rules themselves (schedule, windows, when a run stops) are :class:`~dspy_agentgrad.core.round_rules.RoundRules`,
+which the projection of a run's cost plays forward too.
 Steps 1-2 are the :class:`~dspy_agentgrad.core.attribution.Attributor`'s; step 5's candidates come
 from the sources (:mod:`dspy_agentgrad.core.sources`) and are judged by a
 :class:`~dspy_agentgrad.core.judging.protocol.RoundJudge`. It makes no LM call itself: program runs
@@ -27,13 +29,13 @@ from ..runtime.parallel import shared_threads
 from .abstraction import Abstraction
 from .attribution import Attribution, Attributor, HintFn
 from .batches import BatchSampler
-from .clustering import min_cluster_size
 from .events import AttributionDone, Dispatcher, RoundEnd, RoundStart, RunEnd, RunStart, StopRun
 from .judging import judge_for
 from .judging.acceptance import Acceptance
 from .judging.protocol import JudgingParts
 from .judging.verdicts import Verdicts
 from .rewriting import Rewriter
+from .round_rules import RoundRules, judging_order
 from .sources import sources_for
 from .speculation import Speculation, speculation_helps
 from .starting_validation import StartingValidation
@@ -71,8 +73,9 @@ class RoundEngine:
         self.trainset = trainset
         self.valset = valset
         self.emit = emit or Dispatcher()
+        self.rules = RoundRules.of(config)
         self.rng = random.Random(config.execution.seed)
-        self.sampler = BatchSampler(len(trainset), config.attribution.train_batch_size, self.rng)
+        self.sampler = BatchSampler(len(trainset), self.rules.batch_size(len(trainset)), self.rng)
         self.abstraction = Abstraction(config, proposer, signatures, self.rng)
         self.rewriter = Rewriter(config, proposer, signatures, state)
         self.verdicts = Verdicts(state, budget, self.emit)
@@ -93,7 +96,7 @@ class RoundEngine:
         self.attributor = Attributor(config, evaluator, hint_fn, self.speculation)
         self.sources = sources_for(config, self.rewriter, self.abstraction, state, self.verdicts, self.emit)
         parts = JudgingParts(acceptance, self.verdicts, evaluator, budget, valset, state, self.starting.finish)
-        self.judge = judge_for(config, parts, self.sources)
+        self.judge = judge_for(config, self.rules, parts, self.sources)
         self._attributed: ProgramState | None = None  # the program the last round's failures were measured on
         self._budget_cut: str | None = None  # where a cap bound inside a round without stopping the run
 
@@ -116,7 +119,7 @@ class RoundEngine:
         metric calls are set aside first (see :class:`StartingValidation`).
         """
         sizes, cap = (len(self.trainset), len(self.valset)), self.budget.max_metric_calls
-        self.emit("on_run_start", RunStart(list(self.state.instructions), *sizes, cap, max_rounds, resumed))
+        self.emit("on_run_start", RunStart(self.state.instructions.names, *sizes, cap, max_rounds, resumed))
         with ThreadPoolExecutor(max_workers=1) as background, shared_threads(self.config.execution.num_threads):
             try:
                 self.starting.start(background)
@@ -127,8 +130,8 @@ class RoundEngine:
                     if self._no_failures_left(record):
                         self.state.stop_reason = "no failures left on the training set"
                         break
-                    idle_rounds = idle_rounds + 1 if self.budget.metric_calls == spent else 0
-                    if idle_rounds >= len(self.config.abstraction.cluster_schedule):
+                    idle_rounds = self.rules.idle_rounds(idle_rounds, self.budget.metric_calls - spent)
+                    if self.rules.stalled(idle_rounds):
                         self.state.stop_reason = f"stalled: {idle_rounds} rounds without a metric call"
                         break
                 else:
@@ -167,14 +170,14 @@ class RoundEngine:
     def _no_failures_left(self, record: RoundRecord) -> bool:
         """Whether the round found no failure on the whole training set under the program the run holds now (not
         under winners installed unvalidated that their pass then left out, nor before a candidate changed it)."""
-        whole = record.failures == 0 and record.batch_size == len(self.trainset)
+        whole = self.rules.no_failure_left(record.failures, record.batch_size, len(self.trainset))
         return whole and self._attributed == self.state.instructions and not self.judge.waiting()
 
     def run_round(self) -> RoundRecord:
         """One round; returns its record (also appended to ``self.state.rounds``)."""
         r = self.state.round_index
         self.speculation.start_round()
-        minimum = min_cluster_size(self.config.abstraction.cluster_schedule, r)
+        minimum = self.rules.minimum(r)
         batch = [self.trainset[i] for i in self.sampler.next()]
         self.emit("on_round_start", RoundStart(r, minimum, len(batch), self.budget.metric_calls))
         self._attributed = self.state.instructions
@@ -182,7 +185,7 @@ class RoundEngine:
         report = attribution.report
         if attribution.budget_stop is not None:
             self._budget_cut = f"a cap ended round {r}'s cumulative intervention early ({attribution.budget_stop})"
-        failures = sum(o.score < self.config.scores.max_score for o in attribution.outcomes)
+        failures = attribution.failures
         self.emit("on_attribution", AttributionDone(r, report, failures, self.budget.metric_calls))
         self.state.blame += report.blame(r)
         fresh = self.abstraction.gradients(report, self.state.instructions, r)
@@ -193,12 +196,11 @@ class RoundEngine:
             g
             for g in self.state.waiting
             if (g.predictor, example_key(g.record.example)) not in fresh_keys
-            and r - g.round < len(self.config.abstraction.cluster_schedule)
-            and g.instruction == self.state.instructions[g.predictor]
+            and self.rules.still_waits(g.round, r)
+            and g.instruction == self.state.instructions.instruction(g.predictor)
         ]
         ready, self.state.waiting = self.abstraction.abstract(fresh + carried, minimum, self.state.instructions)
-        reverse_rank = {name: -i for i, name in enumerate(report.order)}
-        ready.sort(key=lambda c: (-len(c.members), reverse_rank.get(c.predictor, 0)))
+        ready = judging_order(ready, report.order)
         record = RoundRecord(
             r,
             minimum,

@@ -5,11 +5,12 @@ later (:class:`InterventionPlan`), which the steps name and the speculation laye
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
 from ..program.evaluation import Intervention
+from ..program.program_state import ProgramState
 from ..program.runs import Outcome, Step
 
 
@@ -20,7 +21,7 @@ class InterventionPlan:
     the round's first level, whose share of unchanged runs tells whether the plans of the round are worth
     running ahead; None for the plans that follow it."""
 
-    instructions: Mapping[str, str]
+    instructions: ProgramState
     interventions: Callable[[], list[Intervention]]
     sample: list[Outcome] | None = None
 

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from ..config import AgentGradConfig
+from ..program.program_state import ProgramState
 from ..roles.instruction_proposer import RewriteRequest
 from ..roles.proposer import Proposer
 from .state import Cluster, RunState
@@ -26,7 +25,7 @@ class Rewriter:
         self.proposer = proposer
         self.signatures = signatures
         self.state = state
-        self.starting_chars = {name: len(state.instructions[name]) for name in state.instructions}
+        self.starting_chars = {name: len(text) for name, text in state.instructions.instructions.items()}
 
     def max_chars(self, predictor: str | None) -> int:
         """The longest rewrite of ``predictor``: ``max_instruction_chars``, or for an instruction that was already
@@ -35,7 +34,7 @@ class Rewriter:
         cap, start = self.config.proposals.max_instruction_chars, self.starting_chars.get(predictor or "", 0)
         return cap if start <= cap else start + int(cap * OVER_CAP_ROOM)
 
-    def request(self, cluster: Cluster, program: Mapping[str, str] | None = None) -> RewriteRequest:
+    def request(self, cluster: Cluster, program: ProgramState | None = None) -> RewriteRequest:
         """What the rewrite role sees for ``cluster``: feedback, a few cases, this step's rejected rewrites.
         ``program``: the instructions to rewrite from (the current ones by default)."""
         name = cluster.predictor
@@ -47,7 +46,7 @@ class Rewriter:
         return RewriteRequest(
             predictor=name,
             step_signature=self.signatures[name],
-            current_instruction=(program or self.state.instructions)[name],
+            current_instruction=(program or self.state.instructions).instruction(name),
             generalized_gradient=cluster.text,
             gradients=[g.text for g in cluster.members],
             examples=shown,
@@ -55,7 +54,7 @@ class Rewriter:
             max_chars=self.max_chars(name),
         )
 
-    def rewrite(self, cluster: Cluster, program: Mapping[str, str] | None = None) -> str | None:
+    def rewrite(self, cluster: Cluster, program: ProgramState | None = None) -> str | None:
         """The rewrite role's new instruction for ``cluster`` (None when it failed)."""
         return self.proposer.rewrite(self.request(cluster, program))
 

@@ -154,7 +154,7 @@ class Speculation:
             if not self.acceptance.affordable(program, cluster):
                 break  # the engine would not pay for this rewrite either
             proposal = self.rewriter.rewrite(cluster, program)
-            if self.rewriter.unusable(proposal, program[cluster.predictor], cluster.predictor) is not None:
+            if self.rewriter.unusable(proposal, program.instruction(cluster.predictor), cluster.predictor) is not None:
                 continue
             program = program.with_instruction(cluster.predictor, proposal)
             stack.append((program, cluster))

@@ -62,18 +62,18 @@ class Intervention:
     only: dict[str, str] = field(default_factory=dict)  # hinted predictor -> call key of the calls its hint reaches
 
 
-def _changed(instructions: Mapping[str, str], other: Mapping[str, str]) -> frozenset[str]:
+def _changed(instructions: ProgramState, other: ProgramState) -> frozenset[str]:
     """The predictors whose instruction or added demonstrations differ between two programs."""
-    return ProgramState.of(instructions).changed(other)
+    return instructions.changed(other)
 
 
-def _chain_keys(chains: list[tuple[dspy.Example, list[dict[str, str]]]]) -> tuple[dict[int, str], list[str]]:
+def _chain_keys(chains: list[tuple[dspy.Example, list[ProgramState]]]) -> tuple[dict[int, str], list[str]]:
     """Each program's state key (by object: the chains hold them alive) and every run's key, in order."""
     digests = {id(state): state_key(state) for _, states in chains for state in states}
     return digests, [eval_key(digests[id(state)], ex) for ex, states in chains for state in states]
 
 
-def state_key(instructions: Mapping[str, str]) -> str:
+def state_key(instructions: ProgramState | Mapping[str, str]) -> str:
     """The key of a program (:meth:`ProgramState.key`): runs under equal programs are the same paid work. A plain
     mapping of instructions, or a program without added demonstrations, keys as it did before they existed."""
     return ProgramState.of(instructions).key()
@@ -108,12 +108,14 @@ class Evaluator:
         self.errors: Counter[str] = Counter()
         self.phase_calls: Counter[str] = Counter()  # metric calls made per phase
         self.phase_wall: Counter[str] = Counter()  # seconds spent waiting on runs per phase
-        self._history: dict[str, list[tuple[dict[str, str], Outcome]]] = {}
+        self._history: dict[str, list[tuple[ProgramState, Outcome]]] = {}
         self._lock = threading.Lock()
         self.ahead = RunsAhead(self.work, budget, ledger, self.errors, self._lock)  # runs made ahead of their scoring
         self._first_runs_checked = False
 
-    def evaluate(self, instructions: dict[str, str], examples: list[dspy.Example], phase: str) -> list[Outcome]:
+    def evaluate(
+        self, instructions: ProgramState | Mapping[str, str], examples: list[dspy.Example], phase: str
+    ) -> list[Outcome]:
         """Scored runs of ``examples`` under ``instructions``; the first call also checks the program runs at all."""
         outcomes = self.evaluate_many([(instructions, examples)], phase)[0]
         if not self._first_runs_checked:
@@ -122,10 +124,10 @@ class Evaluator:
         return outcomes
 
     def evaluate_many(
-        self, requests: list[tuple[dict[str, str], list[dspy.Example]]], phase: str
+        self, requests: list[tuple[ProgramState | Mapping[str, str], list[dspy.Example]]], phase: str
     ) -> list[list[Outcome]]:
         """Several (instructions, examples) evaluations as one batch: one charge, one parallel map."""
-        plain = [(instructions, ex) for instructions, examples in requests for ex in examples]
+        plain = [(ProgramState.of(instructions), ex) for instructions, examples in requests for ex in examples]
         states = [state_key(instructions) for instructions, _ in requests]  # one digest per program
         keys = [eval_key(sk, ex) for sk, (_, examples) in zip(states, requests) for ex in examples]
 
@@ -146,11 +148,11 @@ class Evaluator:
             start += len(examples)
         return out
 
-    def chain_cost(self, chains: list[tuple[dspy.Example, list[dict[str, str]]]]) -> int:
+    def chain_cost(self, chains: list[tuple[dspy.Example, list[ProgramState]]]) -> int:
         """Program runs :meth:`run_chains_ahead` would make now for ``chains`` (none is a metric call)."""
         return len(self.ahead.not_run(_chain_keys(chains)[1]))
 
-    def run_chains_ahead(self, chains: list[tuple[dspy.Example, list[dict[str, str]]]]) -> None:
+    def run_chains_ahead(self, chains: list[tuple[dspy.Example, list[ProgramState]]]) -> None:
         """Run, for each example, the program under a sequence of programs, in order, ahead of their scoring.
 
         Each program of a sequence differs from the one before it by a few instructions, and its
@@ -162,7 +164,7 @@ class Evaluator:
         digests, keys = _chain_keys(chains)
         wanted = self.ahead.to_run(keys)
 
-        def run_chain(chain: tuple[dspy.Example, list[dict[str, str]]]) -> None:
+        def run_chain(chain: tuple[dspy.Example, list[ProgramState]]) -> None:
             example, states = chain
             previous: Execution | None = None
             for k, state in enumerate(states):
@@ -181,7 +183,7 @@ class Evaluator:
 
         parallel_map(run_chain, chains, self.num_threads)
 
-    def intervene_ahead(self, instructions: dict[str, str], items: list[Intervention]) -> None:
+    def intervene_ahead(self, instructions: ProgramState, items: list[Intervention]) -> None:
         """Make the hinted runs ``items`` ahead of their scoring (see :meth:`run_chains_ahead`)."""
         keys, execute = self._interventions(instructions, items)
         first: dict[str, int] = {}
@@ -207,7 +209,7 @@ class Evaluator:
         return pay
 
     def intervene(
-        self, instructions: dict[str, str], items: list[Intervention], phase: str = "intervene"
+        self, instructions: ProgramState, items: list[Intervention], phase: str = "intervene"
     ) -> list[Outcome]:
         keys, execute = self._interventions(instructions, items)
 
@@ -217,7 +219,7 @@ class Evaluator:
         return self._run(keys, pay_for, phase)
 
     def _interventions(
-        self, instructions: dict[str, str], items: list[Intervention]
+        self, instructions: ProgramState, items: list[Intervention]
     ) -> tuple[list[str], Callable[[int], Execution]]:
         """The keys of hinted runs, and the program run of ``items[i]`` (not scored)."""
         sk = state_key(instructions)
@@ -241,7 +243,7 @@ class Evaluator:
             return Reference(item.original, frozenset(item.hints) | item.differs)
         return None
 
-    def _reference(self, instructions: dict[str, str], example: dspy.Example) -> Reference | None:
+    def _reference(self, instructions: ProgramState, example: dspy.Example) -> Reference | None:
         """The kept run of ``example`` whose instructions differ from ``instructions`` in the fewest
         predictors (the latest among equals), with those predictors; None when reuse is off or none is kept."""
         best: Reference | None = None
@@ -251,7 +253,7 @@ class Evaluator:
                 best = Reference(outcome, changed)
         return best
 
-    def _remember(self, instructions: dict[str, str], example: dspy.Example, outcome: Outcome) -> None:
+    def _remember(self, instructions: ProgramState, example: dspy.Example, outcome: Outcome) -> None:
         if outcome.error is not None:
             return
         kept = self._history.setdefault(example_key(example), [])
@@ -260,7 +262,7 @@ class Evaluator:
         kept.append((instructions, outcome))
         del kept[:-REFERENCES_KEPT]
 
-    def cost(self, instructions: dict[str, str], examples: list[dspy.Example]) -> int:
+    def cost(self, instructions: ProgramState | Mapping[str, str], examples: list[dspy.Example]) -> int:
         """Metric calls that evaluating ``examples`` under ``instructions`` would charge now."""
         sk = state_key(instructions)
         return len(self.work.pending(eval_key(sk, ex) for ex in examples))

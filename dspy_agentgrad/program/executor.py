@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -27,6 +27,7 @@ import dspy
 
 from ..runtime.retries import is_transient
 from .metric import Metric
+from .program_state import ProgramState
 from .runner import ProgramRunner
 from .runs import Execution, Outcome, Reference, Step
 
@@ -43,7 +44,7 @@ class Runs(Protocol):
     def execute(
         self,
         example: dspy.Example,
-        instructions: Mapping[str, str],
+        instructions: ProgramState,
         *,
         hints: dict[str, str] | None = None,
         replay: Iterable[Step] = (),
@@ -157,7 +158,7 @@ class RayRuns:
         self._execute = self.ray.remote(**options)(_remote_execute)
         self._score = self.ray.remote(**options)(_remote_score)
 
-    def execute(self, example: dspy.Example, instructions: Mapping[str, str], **plan: Any) -> Execution:
+    def execute(self, example: dspy.Example, instructions: ProgramState, **plan: Any) -> Execution:
         """:meth:`ProgramRunner.execute` on a worker (``plan``: its hints, replay and reference)."""
         plan["replay"] = list(plan.get("replay", ()))  # an iterator would not travel
         return self.ray.get(self._execute.remote([self._runner], example, instructions, plan))

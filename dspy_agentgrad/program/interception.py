@@ -120,7 +120,7 @@ class _Call:
         if added:
             kwargs["demos"] = list(kwargs.get("demos") or self.predictor.demos) + as_examples(added)
         base = ensure_signature(kwargs.pop("signature", self.predictor.signature))
-        instruction = self.control.instructions[self.name]
+        instruction = self.control.instructions.instruction(self.name)
         hint = self.control.hint_for(self.name, call_key(self.name, self.inputs, self.setting))
         if hint:
             demos = kwargs.get("demos") or self.predictor.demos

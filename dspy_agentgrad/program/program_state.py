@@ -1,9 +1,9 @@
 """The program AgentGrad is optimizing, as a value: each predictor's instruction and the demonstrations it adds.
 
-Evaluation keys, replay references and the journal all name a program by this value. It reads
-as the mapping predictor -> instruction it was before demonstrations existed (``state[name]``,
-``list(state)``), and a program without added demonstrations has the same :meth:`ProgramState.key`
-as that mapping had, so journals written before demonstrations existed still replay.
+Evaluation keys, replay references and the journal all name a program by this value. A program without added
+demonstrations has the same :meth:`ProgramState.key` as the mapping predictor -> instruction it was before
+demonstrations existed, so journals written before then still replay. Where a program comes from outside (a plain
+mapping of instructions), :meth:`ProgramState.of` makes it one.
 
 A demonstration is a dict of a predictor's input and output field values (JSON values), made
 from a pseudo-label: the inputs the predictor got and the output a hint got from it. It is added
@@ -12,7 +12,7 @@ to the predictor's own ``demos`` (those of the user's program stay first).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import dspy
@@ -22,8 +22,9 @@ from ..runtime.jsonable import digest
 Demo = dict[str, Any]
 
 
-class ProgramState(Mapping[str, str]):
-    """Instructions per predictor (the mapping itself) and the demonstrations added per predictor (``demos``).
+class ProgramState:
+    """Instructions per predictor (:meth:`instruction`, ``instructions``) and the demonstrations added per predictor
+    (``demos``).
 
     Immutable: :meth:`with_instruction` and :meth:`with_demos` return new states.
     """
@@ -39,23 +40,23 @@ class ProgramState(Mapping[str, str]):
         self._key: str | None = None
 
     @classmethod
-    def of(cls, value: Mapping[str, str]) -> ProgramState:
+    def of(cls, value: ProgramState | Mapping[str, str]) -> ProgramState:
         """``value`` as a state: itself, or a plain mapping of instructions with no demonstrations."""
         return value if isinstance(value, ProgramState) else cls(value)
 
-    def __getitem__(self, name: str) -> str:
+    def instruction(self, name: str) -> str:
+        """Predictor ``name``'s instruction."""
         return self._instructions[name]
 
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._instructions)
-
-    def __len__(self) -> int:
-        return len(self._instructions)
+    @property
+    def names(self) -> list[str]:
+        """The predictors, in the program's order."""
+        return list(self._instructions)
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, ProgramState):
             return self._instructions == other._instructions and self._demos == other._demos
-        return isinstance(other, Mapping) and not self._demos and self._instructions == dict(other)
+        return NotImplemented
 
     def __repr__(self) -> str:
         added = {name: len(ds) for name, ds in self._demos.items()}
@@ -81,9 +82,8 @@ class ProgramState(Mapping[str, str]):
             )
         return self._key
 
-    def changed(self, other: Mapping[str, str]) -> frozenset[str]:
+    def changed(self, other: ProgramState) -> frozenset[str]:
         """The predictors whose instruction or demonstrations differ between the two programs."""
-        other = ProgramState.of(other)
         names = set(self._instructions) | set(other._instructions)
         return frozenset(
             n
@@ -106,12 +106,11 @@ def as_examples(demos: list[Demo]) -> list[dspy.Example]:
     return [dspy.Example(**demo) for demo in demos]
 
 
-def apply_state(program: dspy.Module, state: Mapping[str, str]) -> dspy.Module:
+def apply_state(program: dspy.Module, state: ProgramState) -> dspy.Module:
     """A copy of ``program`` with the state's instructions, and its demonstrations after each predictor's own."""
-    state = ProgramState.of(state)
     copy = program.deepcopy()
     for name, predictor in copy.named_predictors():
-        predictor.signature = predictor.signature.with_instructions(state[name])
+        predictor.signature = predictor.signature.with_instructions(state.instruction(name))
         added = state.demos_of(name)
         if added:
             predictor.demos = list(predictor.demos) + as_examples(added)

@@ -157,7 +157,7 @@ class ProgramRunner:
     def run(
         self,
         example: dspy.Example,
-        instructions: Mapping[str, str],
+        instructions: ProgramState | Mapping[str, str],
         *,
         hints: dict[str, str] | None = None,
         replay: Iterable[Step] = (),
@@ -170,7 +170,7 @@ class ProgramRunner:
     def execute(
         self,
         example: dspy.Example,
-        instructions: dict[str, str],
+        instructions: ProgramState | Mapping[str, str],
         *,
         hints: dict[str, str] | None = None,
         replay: Iterable[Step] = (),

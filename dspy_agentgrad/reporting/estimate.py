@@ -32,7 +32,8 @@ from ..core.events import (
     RunStart,
     ValidationScored,
 )
-from .projection import CLUSTER_WIN_RATE, RunSoFar, SampleStats, project_calls
+from ..core.round_rules import RoundRules
+from .projection import CLUSTER_WIN_RATE, RunShape, RunSoFar, SampleStats, project_calls
 
 logger = logging.getLogger("dspy.agentgrad")
 
@@ -103,19 +104,14 @@ class Estimate:
 def build_estimate(
     config: AgentGradConfig,
     sample: SampleStats,
+    run: RunShape,
     *,
-    predictors: list[str],
-    trainable: set[str],
-    n_train: int,
-    n_val: int,
-    max_metric_calls: int | None,
-    max_rounds: int | None,
     worst_case: int,
     prices: dict[str, Any],
     so_far: RunSoFar | None = None,
 ) -> Estimate:
     """``prices`` maps "task"/"prompt" to a usage -> USD function, or to None when unpriced."""
-    tally = project_calls(config, predictors, trainable, n_train, n_val, max_metric_calls, max_rounds, sample, so_far)
+    tally = project_calls(RoundRules.of(config), run, sample, so_far)
     runs = round(tally.metric_calls)
     task_usage = {k: round(sample.per_run(k) * runs) for k in ("calls", "prompt_tokens", "completion_tokens")}
     step_tokens = sample.per_run("prompt_tokens") / max(1.0, sample.per_run("calls"))
@@ -133,7 +129,7 @@ def build_estimate(
     return Estimate(
         metric_calls=runs,
         worst_case_metric_calls=worst_case,
-        max_metric_calls=max_metric_calls,
+        max_metric_calls=run.max_metric_calls,
         rounds=tally.rounds,
         task_lm_calls=task_usage["calls"],
         task_tokens=task_usage["prompt_tokens"] + task_usage["completion_tokens"],

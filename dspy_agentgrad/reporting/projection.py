@@ -3,10 +3,10 @@ rounds run so far) measured.
 
 A round pays for the batch's runs not cached yet, the hints of its failures, and per cluster
 a rewrite checked on the cluster and, when it wins there, on the validation set (with
-``validate_together``, one pass per stack of winners,
-which spans ``stack_rounds`` rounds). The projection plays the rounds
-forward and stops where the run stops: ``max_rounds``, the budget, no failure left, or rounds
-without a new program run. It takes a rewrite that wins on its cluster as accepted (validation
+``validate_together``, one pass per stack of winners, which spans ``stack_rounds`` rounds). The projection
+plays the rounds forward by the engine's own rules (:class:`~dspy_agentgrad.core.round_rules.RoundRules`: batch
+size, minimum cluster size, validation windows) and stops where the run stops: ``max_rounds``, the budget, no
+failure left, or rounds without a new program run. It takes a rewrite that wins on its cluster as accepted (validation
 is not sampled). A predictor's first accepted rewrite fixes the held-out share; a later rewrite of it
 fixes the rest as the sampled rewrites fixed their own failures (a later batch shows them).
 """
@@ -14,10 +14,9 @@ fixes the rest as the sampled rewrites fixed their own failures (a later batch s
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from ..config import AgentGradConfig
-from ..core.clustering import min_cluster_size
+from ..core.round_rules import RoundRules
 from ..runtime.usage import empty_usage
 
 CLUSTER_WIN_RATE = 0.5  # share of rewrites that beat the old instruction on their cluster, when not sampled
@@ -84,19 +83,22 @@ class RunSoFar:
     stacked_winners: int = 0  # those winners (``stack_rounds``)
 
 
-def project_calls(
-    config: AgentGradConfig,
-    predictors: list[str],
-    trainable: set[str],
-    n_train: int,
-    n_val: int,
-    max_metric_calls: int | None,
-    max_rounds: int | None,
-    sample: SampleStats,
-    so_far: RunSoFar | None = None,
-) -> _Tally:
-    """Metric calls and prompt-LM calls of the rounds played forward from what the sample measured
-    (from the start, or from ``so_far``: the rounds run, with the rates they measured).
+@dataclass(frozen=True)
+class RunShape:
+    """What a projection knows of the run besides what was measured: its predictors (``trainable``: those that may be
+    rewritten), the sizes of its training and validation sets, and its caps."""
+
+    predictors: list[str]
+    trainable: set[str]
+    n_train: int
+    n_val: int
+    max_metric_calls: int | None
+    max_rounds: int | None
+
+
+def project_calls(rules: RoundRules, run: RunShape, sample: SampleStats, so_far: RunSoFar | None = None) -> _Tally:
+    """Metric calls and prompt-LM calls of ``run``'s rounds played forward by ``rules`` from what the sample
+    measured (from the start, or from ``so_far``: the rounds run, with the rates they measured).
 
     Expected values per round. The batch's examples not yet run under the current instructions
     are run: one metric call for an example never run, for one run before only when its output
@@ -108,98 +110,190 @@ def project_calls(
     rewrite changes: those failing for that predictor, and the others when a change shows. A
     winner fixes the sampled share of its predictor's failures (all of them when not sampled).
     """
-    batch = min(config.attribution.train_batch_size, n_train)
-    hints = sample.hints_per_failure if sample.hints_per_failure is not None else (len(predictors) + 1) / 2
-    blame = sample.blame if sample.blame is not None else {name: 1 / len(predictors) for name in predictors}
-    change = 1 - sample.reuse_rate  # a run under another program, not fixed by it: share whose output changes
-    waiting = dict.fromkeys(predictors, 0.0)  # gradients below the minimum wait for a later round
-    tally = _Tally(metric_calls=n_val)
-    # failure rates: per predictor (fixable by rewriting it) and of the hard cases (no rewrite fixes them)
-    rates = {name: sample.failure_rate * blame.get(name, 0.0) for name in predictors}
-    hard = sample.failure_rate * max(0.0, 1 - sum(blame.values()))
-    current, ever, idle = 0.0, 0.0, 0
-    stack = [0.0, 0.0]  # winners' failure share and candidates of the stack waiting for its pass
-    win = sample.win_rate if sample.win_rate is not None else CLUSTER_WIN_RATE
-    fix = sample.fix_share if sample.fix_share is not None else 1.0  # of its predictor's failures, when it wins
+    return _Projection(rules, run, sample, so_far).play()
+
+
+def _measured(value: float | None, default: float) -> float:
+    """``value``, or ``default`` where the sample did not measure it."""
+    return value if value is not None else default
+
+
+@dataclass(frozen=True)
+class _Shares:
+    """What a round's expected cost reads from the sample: each share, or its default where it was not measured."""
+
+    hints: float  # hinted runs per failure
+    change: float  # of the runs under another program that it does not fix, the share whose output changes
+    win: float  # of the rewrites, the share that wins on its cluster
+    fix: float  # of its predictor's failures, the share a winner fixes
     # a predictor's first rewrite fixes that share of its failures: those like the ones it was written from; the
     # others (defects its batch did not show, or hid behind an earlier step's) a later batch shows, and a later
     # rewrite of it fixes them as the sample's rewrites fixed theirs
-    first_fix = fix * (sample.carry_over if sample.carry_over is not None else 1.0)
-    rewritten: set[str] = set()
-    check = sample.check_paid if sample.check_paid is not None else 1.0  # of a cluster's runs under a rewrite
-    repeat = sample.repeat_share if sample.repeat_share is not None else 0.0
-    if so_far is not None:
-        tally = _Tally(metric_calls=so_far.metric_calls, rounds=so_far.rounds)
-        rates, hard = {name: so_far.rates.get(name, 0.0) for name in predictors}, so_far.hard
-        current, ever, win = so_far.current, so_far.ever, so_far.win_rate
-        stack = [so_far.stacked, float(so_far.stacked_winners)]
-    limit = max_rounds if max_rounds is not None else MAX_PROJECTED_ROUNDS
-    while tally.rounds < limit:
-        fresh = max(0.0, min(batch, n_train - current))  # the batch's examples not run under this program
-        new = max(0.0, min(fresh, n_train - ever))
-        runs = new + (fresh - new) * change
-        if (hard + sum(rates.values())) * batch < 0.5 and batch == n_train:
-            # the engine runs the batch, finds no failure left on the training set, and stops
-            room = max_metric_calls - tally.metric_calls if max_metric_calls is not None else runs
-            tally.metric_calls, tally.rounds = tally.metric_calls + min(runs, max(0.0, room)), tally.rounds + 1
-            break
-        if sum(rates.values()) * batch + sum(waiting.values()) < 0.5:
-            # no gradient left to learn from: the engine runs the rest of the training set under the
-            # final program, then stops after rounds without a metric call
-            rest = n_train - current
-            sweep = math.ceil(rest / batch - 0.01) + len(config.abstraction.cluster_schedule)
-            if max_metric_calls is not None:
-                rest = min(rest, max(0.0, max_metric_calls - tally.metric_calls))
-            tally.metric_calls += max(0.0, n_train - ever) + (rest - max(0.0, n_train - ever)) * change
-            tally.rounds = min(limit, tally.rounds + sweep)
-            break
-        spent = runs + sum(rates.values()) * fresh * hints
-        minimum = min_cluster_size(config.abstraction.cluster_schedule, tally.rounds)
-        gradients, candidates, stacked = 0.0, 0.0, 0.0
-        for name in [n for n in predictors if n in trainable]:
-            pool = rates[name] * batch + waiting[name]
-            gradients += rates[name] * batch
-            if pool < max(minimum, 0.5):
-                waiting[name] = pool
-                continue
-            changed_val = n_val * (rates[name] + (1 - rates[name]) * change)
-            # its cluster under the rewrite; the validation set when it wins there (alone, or in the round's
-            # one shared pass under ``validate_together``)
-            # a losing rewrite proposed again is judged on runs paid for already once the batch holds no new run
-            cached = (1 - win) * repeat if fresh < 0.5 else 0.0
-            spent += pool * check * (1 - cached) + (0.0 if config.judging.validate_together else win * changed_val)
-            stacked += rates[name]
-            candidates, waiting[name] = candidates + 1, 0.0
-            # an accepted rewrite fixes (that share of) its predictor's failures
-            rates[name] *= 1 - win * (fix if name in rewritten else first_fix)
-            rewritten.add(name)
-            if rates[name] * n_train < 1:
-                rates[name] = 0.0  # not one failure of it left in the training set
-        if config.judging.validate_together:  # one pass per window of ``stack_rounds`` rounds with a winner
-            stack = [stack[0] + stacked, stack[1] + candidates]
-            if stack[1] and (tally.rounds + 1) % config.judging.stack_rounds == 0:
-                spent += _stack_pass(n_val, win, change, stack[0], stack[1])
-                stack = [0.0, 0.0]
-        if max_metric_calls is not None and tally.metric_calls + spent > max_metric_calls:
-            tally.metric_calls, tally.rounds = max_metric_calls, tally.rounds + 1  # stops at the step that won't fit
-            break
-        tally.metric_calls += spent
-        tally.prompt_calls += gradients + min(len(trainable), gradients) + candidates  # gradients, grouping, rewrites
+    first_fix: float
+    check: float  # of a cluster's runs under a rewrite, the share that pays a metric call
+    repeat: float  # of the losing rewrites, the share the rewrite role proposes again
+
+    @classmethod
+    def of(cls, sample: SampleStats, n_predictors: int) -> _Shares:
+        fix = _measured(sample.fix_share, 1.0)
+        return cls(
+            hints=_measured(sample.hints_per_failure, (n_predictors + 1) / 2),
+            change=1 - sample.reuse_rate,
+            win=_measured(sample.win_rate, CLUSTER_WIN_RATE),
+            fix=fix,
+            first_fix=fix * _measured(sample.carry_over, 1.0),
+            check=_measured(sample.check_paid, 1.0),
+            repeat=_measured(sample.repeat_share, 0.0),
+        )
+
+
+@dataclass
+class _RoundCost:
+    """One round's expected cost as its phases add it up: metric calls, gradients written, candidates made, and the
+    failure share blamed on the predictors those candidates rewrite."""
+
+    metric_calls: float
+    gradients: float = 0.0
+    candidates: float = 0.0
+    stacked: float = 0.0
+
+
+class _Projection:
+    """The rounds played forward phase by phase under the round's rules; its fields are what a round reads and
+    changes, as expected values."""
+
+    def __init__(self, rules: RoundRules, run: RunShape, sample: SampleStats, so_far: RunSoFar | None):
+        self.rules, self.run = rules, run
+        self.batch = rules.batch_size(run.n_train)
+        self.shares = _Shares.of(sample, len(run.predictors))
+        self.waiting = dict.fromkeys(run.predictors, 0.0)  # gradients below the minimum wait for a later round
+        self.rewritten: set[str] = set()
+        self.idle = 0
+        if so_far is None:
+            even = {name: 1 / len(run.predictors) for name in run.predictors}
+            blame = sample.blame if sample.blame is not None else even
+            self.tally = _Tally(metric_calls=run.n_val)
+            # failure rates: per predictor (fixable by rewriting it) and of the hard cases (no rewrite fixes them)
+            self.rates = {name: sample.failure_rate * blame.get(name, 0.0) for name in run.predictors}
+            self.hard = sample.failure_rate * max(0.0, 1 - sum(blame.values()))
+            self.current, self.ever = 0.0, 0.0  # training examples run under the current program, and at all
+            self.stacked, self.stack_size = 0.0, 0.0  # winners' failure share and candidates of the waiting stack
+        else:
+            self.tally = _Tally(metric_calls=so_far.metric_calls, rounds=so_far.rounds)
+            self.rates, self.hard = {name: so_far.rates.get(name, 0.0) for name in run.predictors}, so_far.hard
+            self.current, self.ever = so_far.current, so_far.ever
+            self.shares = replace(self.shares, win=so_far.win_rate)
+            self.stacked, self.stack_size = so_far.stacked, float(so_far.stacked_winners)
+
+    def play(self) -> _Tally:
+        """Rounds until a stop rule holds, then the pass of a stack still waiting."""
+        run, tally = self.run, self.tally
+        limit = run.max_rounds if run.max_rounds is not None else MAX_PROJECTED_ROUNDS
+        while tally.rounds < limit:
+            fresh = max(0.0, min(self.batch, run.n_train - self.current))  # the batch's examples not run under it
+            new = max(0.0, min(fresh, run.n_train - self.ever))
+            runs = new + (fresh - new) * self.shares.change
+            failures = (self.hard + sum(self.rates.values())) * self.batch
+            if self.rules.no_failure_left(failures, self.batch, run.n_train):
+                self._last_round(runs)
+                break
+            if sum(self.rates.values()) * self.batch + sum(self.waiting.values()) < 0.5:
+                self._sweep(limit)
+                break
+            if not self._round(fresh, runs):
+                break
+        self._last_stack_pass()
+        return tally
+
+    def _last_round(self, runs: float) -> None:
+        """The engine runs the batch, finds no failure left on the training set, and stops."""
+        cap, tally = self.run.max_metric_calls, self.tally
+        room = cap - tally.metric_calls if cap is not None else runs
+        tally.metric_calls, tally.rounds = tally.metric_calls + min(runs, max(0.0, room)), tally.rounds + 1
+
+    def _sweep(self, limit: int) -> None:
+        """No gradient left to learn from: the engine runs the rest of the training set under the final program,
+        then stalls (a cycle of the schedule without a metric call)."""
+        run, tally = self.run, self.tally
+        rest = run.n_train - self.current
+        sweep = math.ceil(rest / self.batch - 0.01) + self.rules.cycle
+        if run.max_metric_calls is not None:
+            rest = min(rest, max(0.0, run.max_metric_calls - tally.metric_calls))
+        never = max(0.0, run.n_train - self.ever)
+        tally.metric_calls += never + (rest - never) * self.shares.change
+        tally.rounds = min(limit, tally.rounds + sweep)
+
+    def _round(self, fresh: float, runs: float) -> bool:
+        """A round with gradients to learn from: the batch's runs and its failures' hints, the candidates, and a
+        stack's pass where the round closes its window; False when the run stops at it."""
+        run, tally = self.run, self.tally
+        cost = _RoundCost(runs + sum(self.rates.values()) * fresh * self.shares.hints)
+        self._candidates(cost, fresh)
+        self._window(cost)
+        cap = run.max_metric_calls
+        if cap is not None and tally.metric_calls + cost.metric_calls > cap:
+            tally.metric_calls, tally.rounds = cap, tally.rounds + 1  # stops at the step that won't fit
+            return False
+        tally.metric_calls += cost.metric_calls
+        # gradients, grouping, rewrites
+        tally.prompt_calls += cost.gradients + min(len(run.trainable), cost.gradients) + cost.candidates
         tally.rounds += 1
-        ever = min(n_train, ever + fresh)
-        current = min(n_train, current + fresh) * (1 - win) ** candidates
-        idle = idle + 1 if spent < 0.5 else 0
-        if idle >= len(config.abstraction.cluster_schedule):
-            break  # the engine stops: rounds without a new program run
-    last = _stack_pass(n_val, win, change, stack[0], stack[1]) if stack[1] else 0.0
-    if max_metric_calls is None or tally.metric_calls + last <= max_metric_calls:
-        tally.metric_calls += last  # the engine validates a stack still waiting when the run ends
-    return tally
+        self.ever = min(run.n_train, self.ever + fresh)
+        self.current = min(run.n_train, self.current + fresh) * (1 - self.shares.win) ** cost.candidates
+        self.idle = self.rules.idle_rounds(self.idle, cost.metric_calls)
+        return not self.rules.stalled(self.idle)
 
+    def _candidates(self, cost: _RoundCost, fresh: float) -> None:
+        """Per trainable predictor, a candidate when its failures in the batch, with those waiting, reach the round's
+        minimum cluster size: its cluster check, and its validation pass when winners are validated alone."""
+        run, shares = self.run, self.shares
+        minimum = self.rules.minimum(self.tally.rounds)
+        for name in [n for n in run.predictors if n in run.trainable]:
+            pool = self.rates[name] * self.batch + self.waiting[name]
+            cost.gradients += self.rates[name] * self.batch
+            if pool < minimum:
+                self.waiting[name] = pool
+                continue
+            changed_val = run.n_val * (self.rates[name] + (1 - self.rates[name]) * shares.change)
+            # a losing rewrite proposed again is judged on runs paid for already once the batch holds no new run
+            cached = (1 - shares.win) * shares.repeat if fresh < 0.5 else 0.0
+            # its cluster under the rewrite; the validation set when it wins there (alone, or in its window's pass)
+            alone = shares.win * changed_val if self.rules.stack_rounds is None else 0.0
+            cost.metric_calls += pool * shares.check * (1 - cached) + alone
+            cost.stacked += self.rates[name]
+            cost.candidates += 1
+            self.waiting[name] = 0.0
+            self._fix(name)
 
-def _stack_pass(n_val: int, win: float, change: float, stacked: float, candidates: float) -> float:
-    """Expected metric calls of one validation pass when any candidate of a stack wins its cluster, on the stack
-    of the winners: its output changes on the failures of every winner's predictor (each wins with ``win``), and
-    on the other examples when a change shows (as one candidate's pass)."""
-    stacked = min(1.0, stacked)
-    return n_val * (win * stacked + (1 - win * stacked) * change * (1 - (1 - win) ** candidates))
+    def _fix(self, name: str) -> None:
+        """An accepted rewrite fixes (that share of) its predictor's failures."""
+        shares = self.shares
+        self.rates[name] *= 1 - shares.win * (shares.fix if name in self.rewritten else shares.first_fix)
+        self.rewritten.add(name)
+        if self.rates[name] * self.run.n_train < 1:
+            self.rates[name] = 0.0  # not one failure of it left in the training set
+
+    def _window(self, cost: _RoundCost) -> None:
+        """With validation windows the round's candidates join the stack, which takes its pass in the round that
+        closes the window."""
+        if self.rules.stack_rounds is None:
+            return
+        self.stacked, self.stack_size = self.stacked + cost.stacked, self.stack_size + cost.candidates
+        if self.stack_size and self.rules.closes_window(self.tally.rounds):
+            cost.metric_calls += self._stack_pass()
+            self.stacked, self.stack_size = 0.0, 0.0
+
+    def _last_stack_pass(self) -> None:
+        """The engine validates a stack still waiting when the run ends, where the budget allows."""
+        last = self._stack_pass() if self.stack_size else 0.0
+        cap = self.run.max_metric_calls
+        if cap is None or self.tally.metric_calls + last <= cap:
+            self.tally.metric_calls += last
+
+    def _stack_pass(self) -> float:
+        """Expected metric calls of one validation pass when any candidate of the stack wins its cluster, on the stack
+        of the winners: its output changes on the failures of every winner's predictor (each wins with ``win``), and
+        on the other examples when a change shows (as one candidate's pass)."""
+        win, change = self.shares.win, self.shares.change
+        stacked = min(1.0, self.stacked)
+        return self.run.n_val * (win * stacked + (1 - win * stacked) * change * (1 - (1 - win) ** self.stack_size))

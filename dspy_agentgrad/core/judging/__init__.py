@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ...config import AgentGradConfig
+from ..round_rules import RoundRules
 from .protocol import JudgingParts, RoundJudge
 from .sequential import SequentialJudge
 from .stacked import StackedJudge
@@ -19,11 +20,11 @@ if TYPE_CHECKING:  # the sources import the verdict writer from here
     from ..sources import Sources
 
 
-def judge_for(config: AgentGradConfig, parts: JudgingParts, sources: Sources) -> RoundJudge:
-    """The stacked judge for rewrites alone with ``validate_together`` (windows of ``stack_rounds``), otherwise the
-    paper's judge over every source."""
+def judge_for(config: AgentGradConfig, rules: RoundRules, parts: JudgingParts, sources: Sources) -> RoundJudge:
+    """The stacked judge for rewrites alone when the rules group rounds in validation windows
+    (``validate_together``, windows of ``stack_rounds``), otherwise the paper's judge over every source."""
     one_at_a_time = SequentialJudge(parts, sources.candidates)
     rewrites_only = config.proposals.candidates == "instructions"  # the stack holds rewrites only
-    if config.judging.validate_together and sources.rewrites is not None and rewrites_only:
-        return StackedJudge(one_at_a_time, sources.rewrites, config.judging.stack_rounds)
+    if rules.stack_rounds is not None and sources.rewrites is not None and rewrites_only:
+        return StackedJudge(one_at_a_time, sources.rewrites, rules)
     return one_at_a_time

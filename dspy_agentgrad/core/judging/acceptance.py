@@ -8,7 +8,6 @@ with exact early rejection, and the verdict it reaches (written through :class:`
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -17,6 +16,7 @@ import dspy
 from ...config import EVAL_CHUNK_SIZE, AgentGradConfig
 from ...program.evaluation import Evaluator
 from ...program.objectives import guard_violations, objective_means
+from ...program.program_state import ProgramState
 from ...program.runs import Outcome
 from ...runtime.budget import Budget, BudgetExhausted
 from ..events import Dispatcher, ValidationScored
@@ -46,7 +46,7 @@ def cannot_clear(best_possible: Fraction, bar: Fraction, strict: bool) -> bool:
 
 def race(
     evaluator: Evaluator,
-    instructions: Mapping[str, str],
+    instructions: ProgramState,
     examples: list[dspy.Example],
     phase: str,
     bar: Fraction,
@@ -106,13 +106,13 @@ class Acceptance:
         self.emit = emit
         self.verdicts = verdicts
 
-    def check_cost(self, program: Mapping[str, str], cluster: Cluster) -> int:
+    def check_cost(self, program: ProgramState, cluster: Cluster) -> int:
         """The most metric calls judging a candidate for ``cluster`` on ``program`` can take: the cluster's
         runs under ``program`` not paid yet, its runs under the candidate, and one validation pass."""
         examples = [g.record.example for g in cluster.members]
         return self.evaluator.cost(program, examples) + len(examples) + len(self.valset)
 
-    def affordable(self, program: Mapping[str, str], cluster: Cluster) -> bool:
+    def affordable(self, program: ProgramState, cluster: Cluster) -> bool:
         """Whether the budget left covers the worst case of a check (see :meth:`check_cost`)."""
         return self.check_cost(program, cluster) <= self.budget.remaining()
 
@@ -122,7 +122,7 @@ class Acceptance:
         if needed > self.budget.remaining():
             raise BudgetExhausted(f"the next candidate check needs up to {needed} metric calls")
 
-    def judge(self, record: CandidateRecord, candidate: Mapping[str, str], examples: list[dspy.Example]) -> None:
+    def judge(self, record: CandidateRecord, candidate: ProgramState, examples: list[dspy.Example]) -> None:
         """Write the verdict into ``record``: a gain on the cluster first, then on validation."""
         if self.cluster_check(record, self.state.instructions, candidate, examples):
             self.validate(record, candidate)
@@ -130,8 +130,8 @@ class Acceptance:
     def cluster_check(
         self,
         record: CandidateRecord,
-        program: Mapping[str, str],
-        candidate: Mapping[str, str],
+        program: ProgramState,
+        candidate: ProgramState,
         examples: list[dspy.Example],
     ) -> bool:
         """Whether ``candidate`` beats ``program`` on its cluster's examples (both scores go into ``record``)."""
@@ -153,7 +153,7 @@ class Acceptance:
             return False
         return True
 
-    def validate(self, record: CandidateRecord, candidate: Mapping[str, str]) -> bool:
+    def validate(self, record: CandidateRecord, candidate: ProgramState) -> bool:
         """Whether ``candidate`` beats the best program on validation (the verdict goes into ``record``).
 
         An accepted candidate's validation scores become the new bar (the caller installs the candidate).
@@ -184,7 +184,7 @@ class Acceptance:
         return True
 
     def costliest_winner(
-        self, left_out: list[tuple[CandidateRecord, Mapping[str, str]]], before: list[float]
+        self, left_out: list[tuple[CandidateRecord, ProgramState]], before: list[float]
     ) -> CandidateRecord | None:
         """The winner of an accepted stack (now the best program) to leave out on a full pass, or None.
 
@@ -208,7 +208,7 @@ class Acceptance:
         )
         return winner if gain > 0 else None
 
-    def replaces_stack(self, record: CandidateRecord, without: Mapping[str, str]) -> bool:
+    def replaces_stack(self, record: CandidateRecord, without: ProgramState) -> bool:
         """Whether the accepted stack without one of its winners (``without``) does at least as well on validation,
         so that the winner goes, as it would judged alone on top of the others: a tie is no gain (with
         ``val_acceptance="non_decreasing"`` it is, and the winner stays). When it goes, ``without``'s scores become
@@ -232,7 +232,7 @@ class Acceptance:
             self.verdicts.reject(record, "a guarded objective fell on validation: " + "; ".join(fell))
         return bool(fell)
 
-    def _validation_total(self, record: CandidateRecord, candidate: Mapping[str, str], strict: bool) -> Fraction | None:
+    def _validation_total(self, record: CandidateRecord, candidate: ProgramState, strict: bool) -> Fraction | None:
         """``candidate``'s exact validation total, or None once it cannot clear the best program's (``strict``: pass
         it; otherwise reach it); its score and when it was paid go into ``record``.
 

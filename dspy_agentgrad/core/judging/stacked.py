@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from ...program.program_state import ProgramState
 from ...runtime.budget import BudgetExhausted
 from ..events import StopRun
+from ..round_rules import RoundRules
 from ..sources.rewrites import RewriteSource
 from ..state import CandidateRecord, Cluster, RoundRecord
 from .sequential import SequentialJudge
@@ -66,16 +67,16 @@ def _stacked(program: ProgramState, winners: list[CandidateRecord]) -> ProgramSt
 class StackedJudge:
     """Rewrites judged on a stack of the window's winners; ``one_at_a_time`` judges what the stack cannot keep.
 
-    ``window``: the rounds are grouped in windows of that many rounds, and a window's winners share the pass at its
-    last round; until then they stay installed unvalidated (:class:`Provisional`) and the next round attributes and
-    rewrites on top of them.
+    ``rules``: the rounds are grouped in windows (:meth:`RoundRules.closes_window`), and a window's winners share the
+    pass at its last round; until then they stay installed unvalidated (:class:`Provisional`) and the next round
+    attributes and rewrites on top of them.
     """
 
-    def __init__(self, one_at_a_time: SequentialJudge, rewrites: RewriteSource, window: int):
+    def __init__(self, one_at_a_time: SequentialJudge, rewrites: RewriteSource, rules: RoundRules):
         self.one_at_a_time = one_at_a_time
         self.parts = one_at_a_time.parts
         self.rewrites = rewrites
-        self.window = window
+        self.rules = rules
         self._provisional: Provisional | None = None  # winners waiting for a later round's pass
         self._stack_lost_at: int | None = None  # the last round whose validation pass did not keep every winner
 
@@ -179,9 +180,8 @@ class StackedJudge:
                 self.parts.verdicts.extend(item.record, f"; {CUT_SHORT}: {why}")
 
     def _waits(self) -> bool:
-        """Whether this round's winners wait, unvalidated, for the next round's: the rounds are grouped in windows of
-        ``window`` (0-1, 2-3, ... with 2), and a window's winners share the pass at its last round. A fixed window
-        bounds the passes as a window opened by each first winner would, with less waiting on average.
+        """Whether this round's winners wait, unvalidated, for the next round's: until the round that closes their
+        window (:meth:`RoundRules.closes_window`).
 
         The round after one whose pass did not keep every winner validates its own: a rewrite that wins its cluster
         and breaks other examples, left waiting, would also spoil the next round's attribution (its failures are
@@ -189,7 +189,7 @@ class StackedJudge:
         round_index = self.parts.state.round_index
         if self._stack_lost_at is not None and round_index - self._stack_lost_at <= 1:
             return False
-        return (round_index + 1) % self.window != 0
+        return not self.rules.closes_window(round_index)
 
     def _validate_stack(self, stack: Provisional) -> None:
         """One validation pass for the stack's winners, on the validated program they build on.

@@ -29,7 +29,7 @@ class DemoSource:
         """Free to make, so ``afford`` is asked only once there is a demonstration to judge."""
         name = cluster.predictor
         record = CandidateRecord(
-            self.state.round_index, name, len(cluster.members), minimum, cluster.text, program[name], None
+            self.state.round_index, name, len(cluster.members), minimum, cluster.text, program.instruction(name), None
         )
         record.kind = "demos"
         self.verdicts.open(record)

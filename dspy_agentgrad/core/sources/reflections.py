@@ -30,7 +30,7 @@ class ReflectionSource:
             return []
         program, order = self.state.instructions, attribution.report.order
         outcomes = {id(example): outcome for example, outcome in zip(batch, attribution.outcomes)}
-        keys = {(id(e), n): (example_key(e), n, program[n]) for e in hard for n in order}
+        keys = {(id(e), n): (example_key(e), n, program.instruction(n)) for e in hard for n in order}
         asked = [(e, n) for e in hard for n in order if keys[id(e), n] not in self.state.reflected]
         if not asked:
             return []

@@ -28,7 +28,7 @@ class RewriteSource:
         """A rewrite that is missing, unchanged or too long is recorded and not judged (see :class:`Rewriter`)."""
         if afford is not None:
             afford()  # before paying for the rewrite
-        name, current = cluster.predictor, program[cluster.predictor]
+        name, current = cluster.predictor, program.instruction(cluster.predictor)
         record = CandidateRecord(
             self.state.round_index, name, len(cluster.members), minimum, cluster.text, current, None
         )
