@@ -52,7 +52,8 @@ class BudgetOptions:
 
     auto: "light", "medium" or "heavy": the metric-call budget dspy.GEPA(auto=...) gives the same program and data
         (:func:`auto_budget`); None to use only the caps below.
-    max_metric_calls: cap on program runs scored by the metric (GEPA's unit); never exceeded.
+    max_metric_calls: cap on program runs scored by the metric (GEPA's unit); never exceeded. A run that takes an
+        earlier run's score counts as the share of its calls it made again (:attr:`.Outcome.budget_share`).
     max_full_evals: the cap in GEPA's other unit: that many passes over train + validation.
     max_rounds: cap on rounds.
     max_prompt_tokens, max_prompt_cost: caps on the prompt LM: tokens, or USD priced with litellm's price table.

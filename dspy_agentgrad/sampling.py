@@ -45,6 +45,8 @@ def measure_sample(
         hints_per_failure=(runs - len(sample)) / failures if failures else None,
         blame={name: n / failures for name, n in report.counts().items()} if failures else None,
         reuse_rate=min(1.0, reused / unfixed) if unfixed > 0 else 0.0,
+        reused_hints=reused / failures if failures else 0.0,
+        rerun_share=float(budget.rerun_share / reused) if reused else None,
         examples=len(sample),
     )
     if config.proposals.candidates == "instructions" and any(report.attributed.values()):

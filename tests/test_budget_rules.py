@@ -3,12 +3,15 @@ rounds)."""
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import dspy
 import pytest
 from world import Pipeline, World, agentgrad, feedback_metric, make_data, world_lm
 
 from dspy_agentgrad import AgentGrad, AgentGradCallback
 from dspy_agentgrad.config import AgentGradConfig
+from dspy_agentgrad.program.runs import Outcome, Reference, Step
 from dspy_agentgrad.runtime.budget import Budget, BudgetExhausted, TaskCapReached, TaskTicket
 
 FAST = dict(progress=False, auto=None)
@@ -239,6 +242,28 @@ def test_metric_calls_set_aside_are_out_of_reach_until_given_back():
     budget.set_aside(0)
     budget.charge(7)
     assert budget.remaining() == 0
+
+
+def test_a_run_that_takes_its_references_score_is_charged_the_share_of_its_calls_made_again():
+    """A run re-running 2 of its 3 calls (the changed predictor's, and the one after it whose input changed) keeps
+    2/3 of the metric call it was admitted with; the metric calls made stay apart from what the cap counts."""
+    earlier = Outcome(1.0, steps=[step("extract", "q"), step("notes", "e"), step("answer", "n")])
+    reference = Reference(earlier, frozenset({"notes"}))
+    run = [step("extract", "q"), step("notes", "e"), step("answer", "n2")]
+    assert reference.rerun_calls(run) == 2
+    outcome = Outcome(1.0, steps=run, scored=False, rerun=2)
+    assert outcome.budget_share == Fraction(2, 3) and Outcome(0.0, steps=run).budget_share == 1
+    assert Outcome.from_dict(outcome.to_dict()).budget_share == Fraction(2, 3)  # a resume charges the same
+    budget = Budget(max_metric_calls=3)
+    budget.charge(3)
+    budget.charge_unscored(outcome.budget_share)
+    assert budget.metric_calls == 2 and budget.spent == Fraction(8, 3) and budget.remaining() == Fraction(1, 3)
+    with pytest.raises(BudgetExhausted, match="0.7 charged for reused runs"):
+        budget.charge(1)
+
+
+def step(name: str, value: str) -> Step:
+    return Step(name, {"x": value}, {"y": value + "!"})
 
 
 def test_the_paper_preset_sets_the_papers_procedure_and_an_option_passed_wins():

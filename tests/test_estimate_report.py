@@ -157,7 +157,8 @@ def test_the_estimate_never_exceeds_the_metric_call_cap(world):
     estimate = AgentGrad(
         feedback_metric, auto=None, max_metric_calls=40, config=AgentGradConfig.from_options(**FAST)
     ).estimate(Pipeline(), trainset=train, valset=val)
-    assert estimate.metric_calls == 40 and estimate.max_metric_calls == 40
+    # the cap binds on what the budget is charged: 37 metric calls, and the reused runs' shares take the rest
+    assert estimate.metric_calls == 37 and estimate.max_metric_calls == 40
 
 
 def test_the_estimate_says_what_its_sample_paid():

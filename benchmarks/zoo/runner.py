@@ -92,8 +92,8 @@ def _compact(entry: dict) -> dict:
     kept["details"] = {k: details[k] for k in series if k in details}
     if "result" in details:
         kept["profile"] = shares(entry)
-        stop = details["result"].get("stop_reason")
-        kept["stop_reason"] = stop
+        kept["stop_reason"] = details["result"].get("stop_reason")
+        kept["reused_charge"] = details["result"].get("reused_charge", 0.0)  # budget charged beyond metric calls
     return kept
 
 

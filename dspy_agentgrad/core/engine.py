@@ -29,6 +29,7 @@ from .attribution import Attribution, Attributor, HintFn
 from .batches import BatchSampler
 from .clustering import min_cluster_size
 from .events import AttributionDone, Dispatcher, RoundEnd, RoundStart, RunEnd, RunStart, StopRun
+from .idle_rounds import IdleRounds
 from .judging import judge_for
 from .judging.acceptance import Acceptance
 from .judging.protocol import JudgingParts
@@ -107,7 +108,7 @@ class RoundEngine:
 
         Stops: ``max_rounds``; no failure left when the batch is the whole training set; a budget
         cap (the step that would exceed it is not started); a callback's :class:`StopRun`; as many rounds
-        in a row without a metric call as the cluster schedule is long (nothing new was run or scored:
+        in a row that spent nothing as the cluster schedule is long (:class:`IdleRounds`: nothing new was run,
         nothing left to learn); Ctrl-C.
 
         The starting program's validation pass is needed first by the first candidate's check, so
@@ -120,16 +121,15 @@ class RoundEngine:
         with ThreadPoolExecutor(max_workers=1) as background, shared_threads(self.config.execution.num_threads):
             try:
                 self.starting.start(background)
-                idle_rounds = 0
+                idle = IdleRounds(len(self.config.abstraction.cluster_schedule))
                 while max_rounds is None or self.state.round_index < max_rounds:
-                    spent = self.budget.metric_calls
+                    spent = self.budget.spent
                     record = self.run_round()
                     if self._no_failures_left(record):
                         self.state.stop_reason = "no failures left on the training set"
                         break
-                    idle_rounds = idle_rounds + 1 if self.budget.metric_calls == spent else 0
-                    if idle_rounds >= len(self.config.abstraction.cluster_schedule):
-                        self.state.stop_reason = f"stalled: {idle_rounds} rounds without a metric call"
+                    if idle.stops_after(self.budget.spent > spent):
+                        self.state.stop_reason = idle.reason
                         break
                 else:
                     self.state.stop_reason = f"max_rounds={max_rounds} reached"

@@ -258,6 +258,7 @@ class ProgramRunner:
                 attempts,
                 scored=False,
                 objectives=dict(known.objectives),
+                rerun=reference.rerun_calls(steps),
             )
         attempt = timeouts = 0
         while True:

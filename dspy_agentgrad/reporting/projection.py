@@ -6,7 +6,9 @@ a rewrite checked on the cluster and, when it wins there, on the validation set 
 ``validate_together``, one pass per stack of winners,
 which spans ``stack_rounds`` rounds). The projection plays the rounds
 forward and stops where the run stops: ``max_rounds``, the budget, no failure left, or rounds
-without a new program run. It takes a rewrite that wins on its cluster as accepted (validation
+that spent nothing (:class:`~dspy_agentgrad.core.idle_rounds.IdleRounds`). It counts the metric calls, and
+apart from them what the budget is charged: a run whose output does not change takes an earlier run's score
+and is charged the share of its calls it made again. It takes a rewrite that wins on its cluster as accepted (validation
 is not sampled). A predictor's first accepted rewrite fixes the held-out share; a later rewrite of it
 fixes the rest as the sampled rewrites fixed their own failures (a later batch shows them).
 """
@@ -18,6 +20,7 @@ from dataclasses import dataclass, field
 
 from ..config import AgentGradConfig
 from ..core.clustering import min_cluster_size
+from ..core.idle_rounds import IdleRounds
 from ..runtime.usage import empty_usage
 
 CLUSTER_WIN_RATE = 0.5  # share of rewrites that beat the old instruction on their cluster, when not sampled
@@ -38,6 +41,10 @@ class SampleStats:
     # run's (their score reused, no metric call): how often a change to one predictor that does not
     # fix an example leaves the program's output as it was
     reuse_rate: float = 0.0
+    reused_hints: float = 0.0  # hinted runs per failure that took their score so (no metric call)
+    # the mean share of a metric call charged to a run that took an earlier run's score: the share of its
+    # calls it made again (None: not measured)
+    rerun_share: float | None = None
     examples: int = 0  # training examples sampled (0: the projection at the start of compile, from validation)
     # ``AgentGrad.estimate`` also tries one rewrite per blamed predictor (see :mod:`dspy_agentgrad.sampling`)
     rewrites: int = 0  # rewrites tried
@@ -63,10 +70,37 @@ class SampleStats:
 
 
 @dataclass
+class _Cost:
+    """Expected metric calls of some runs, and what the budget is charged for them."""
+
+    metric_calls: float = 0.0
+    spent: float = 0.0
+
+    def __add__(self, other: _Cost) -> _Cost:
+        return _Cost(self.metric_calls + other.metric_calls, self.spent + other.spent)
+
+
+def _runs(n: float, paid: float, rerun: float) -> _Cost:
+    """``n`` runs of which ``paid`` (a share) are scored; the others take an earlier run's score and are charged
+    ``rerun`` of a metric call each (the share of their calls made again)."""
+    return _Cost(n * paid, n * (paid + (1 - paid) * rerun))
+
+
+@dataclass
 class _Tally:
     metric_calls: float = 0.0
     prompt_calls: float = 0.0
     rounds: int = 0
+    spent: float = 0.0  # what the budget is charged: the metric calls, and the shares of runs that took a score
+
+    def take(self, cost: _Cost, cap: int | None) -> bool:
+        """Add ``cost``, or the part of it that ``cap`` leaves room for (the engine stops at the step that does
+        not fit); whether all of it fit."""
+        room = float("inf") if cap is None else max(0.0, cap - self.spent)
+        part = 1.0 if cost.spent <= room else room / cost.spent
+        self.metric_calls += cost.metric_calls * part
+        self.spent += cost.spent * part
+        return part == 1.0
 
 
 @dataclass
@@ -82,6 +116,7 @@ class RunSoFar:
     win_rate: float  # share of rewrites that won on their cluster so far (shrunk toward CLUSTER_WIN_RATE)
     stacked: float = 0.0  # failures per example blamed on the winners waiting for their validation pass
     stacked_winners: int = 0  # those winners (``stack_rounds``)
+    spent: float | None = None  # what the budget was charged so far (None: the metric calls alone)
 
 
 def project_calls(
@@ -100,7 +135,8 @@ def project_calls(
 
     Expected values per round. The batch's examples not yet run under the current instructions
     are run: one metric call for an example never run, for one run before only when its output
-    changes (``1 - reuse_rate``). Their failures are hinted (a cached failure's hints are free).
+    changes (``1 - reuse_rate``; otherwise the budget is charged the sampled ``rerun_share``).
+    Their failures are hinted (a cached failure's hints are free).
     Per trainable predictor a candidate when its share of the batch's failures (plus those waiting
     from earlier rounds) reaches the round's minimum cluster size; its check runs the cluster under
     the rewrite (the sampled share of such runs that paid a metric call) and, when it wins there
@@ -112,12 +148,16 @@ def project_calls(
     hints = sample.hints_per_failure if sample.hints_per_failure is not None else (len(predictors) + 1) / 2
     blame = sample.blame if sample.blame is not None else {name: 1 / len(predictors) for name in predictors}
     change = 1 - sample.reuse_rate  # a run under another program, not fixed by it: share whose output changes
+    # a run that takes an earlier run's score made its calls again from the predictor that differs on: when not
+    # measured, from a predictor in the middle of the chain on
+    rerun = sample.rerun_share if sample.rerun_share is not None else (len(predictors) + 1) / (2 * len(predictors))
     waiting = dict.fromkeys(predictors, 0.0)  # gradients below the minimum wait for a later round
-    tally = _Tally(metric_calls=n_val)
+    tally = _Tally(metric_calls=n_val, spent=n_val)
     # failure rates: per predictor (fixable by rewriting it) and of the hard cases (no rewrite fixes them)
     rates = {name: sample.failure_rate * blame.get(name, 0.0) for name in predictors}
     hard = sample.failure_rate * max(0.0, 1 - sum(blame.values()))
-    current, ever, idle = 0.0, 0.0, 0
+    current, ever = 0.0, 0.0
+    idle = IdleRounds(len(config.abstraction.cluster_schedule))
     stack = [0.0, 0.0]  # winners' failure share and candidates of the stack waiting for its pass
     win = sample.win_rate if sample.win_rate is not None else CLUSTER_WIN_RATE
     fix = sample.fix_share if sample.fix_share is not None else 1.0  # of its predictor's failures, when it wins
@@ -129,7 +169,8 @@ def project_calls(
     check = sample.check_paid if sample.check_paid is not None else 1.0  # of a cluster's runs under a rewrite
     repeat = sample.repeat_share if sample.repeat_share is not None else 0.0
     if so_far is not None:
-        tally = _Tally(metric_calls=so_far.metric_calls, rounds=so_far.rounds)
+        spent = so_far.metric_calls if so_far.spent is None else so_far.spent
+        tally = _Tally(metric_calls=so_far.metric_calls, rounds=so_far.rounds, spent=spent)
         rates, hard = {name: so_far.rates.get(name, 0.0) for name in predictors}, so_far.hard
         current, ever, win = so_far.current, so_far.ever, so_far.win_rate
         stack = [so_far.stacked, float(so_far.stacked_winners)]
@@ -137,23 +178,23 @@ def project_calls(
     while tally.rounds < limit:
         fresh = max(0.0, min(batch, n_train - current))  # the batch's examples not run under this program
         new = max(0.0, min(fresh, n_train - ever))
-        runs = new + (fresh - new) * change
+        runs = _Cost(new, new) + _runs(fresh - new, change, rerun)
         if (hard + sum(rates.values())) * batch < 0.5 and batch == n_train:
             # the engine runs the batch, finds no failure left on the training set, and stops
-            room = max_metric_calls - tally.metric_calls if max_metric_calls is not None else runs
-            tally.metric_calls, tally.rounds = tally.metric_calls + min(runs, max(0.0, room)), tally.rounds + 1
+            tally.take(runs, max_metric_calls)
+            tally.rounds += 1
             break
         if sum(rates.values()) * batch + sum(waiting.values()) < 0.5:
             # no gradient left to learn from: the engine runs the rest of the training set under the
-            # final program, then stops after rounds without a metric call
+            # final program, then stops after rounds that spent nothing
             rest = n_train - current
             sweep = math.ceil(rest / batch - 0.01) + len(config.abstraction.cluster_schedule)
-            if max_metric_calls is not None:
-                rest = min(rest, max(0.0, max_metric_calls - tally.metric_calls))
-            tally.metric_calls += max(0.0, n_train - ever) + (rest - max(0.0, n_train - ever)) * change
+            unseen = max(0.0, n_train - ever)
+            tally.take(_Cost(unseen, unseen) + _runs(rest - unseen, change, rerun), max_metric_calls)
             tally.rounds = min(limit, tally.rounds + sweep)
             break
-        spent = runs + sum(rates.values()) * fresh * hints
+        failing = sum(rates.values()) * fresh
+        spent = runs + _Cost(failing * hints, failing * (hints + sample.reused_hints * rerun))
         minimum = min_cluster_size(config.abstraction.cluster_schedule, tally.rounds)
         gradients, candidates, stacked = 0.0, 0.0, 0.0
         for name in [n for n in predictors if n in trainable]:
@@ -162,12 +203,14 @@ def project_calls(
             if pool < max(minimum, 0.5):
                 waiting[name] = pool
                 continue
-            changed_val = n_val * (rates[name] + (1 - rates[name]) * change)
             # its cluster under the rewrite; the validation set when it wins there (alone, or in the round's
-            # one shared pass under ``validate_together``)
+            # one shared pass under ``validate_together``): the examples whose output the rewrite changes are
+            # scored
             # a losing rewrite proposed again is judged on runs paid for already once the batch holds no new run
             cached = (1 - win) * repeat if fresh < 0.5 else 0.0
-            spent += pool * check * (1 - cached) + (0.0 if config.judging.validate_together else win * changed_val)
+            spent += _runs(pool * (1 - cached), check, rerun)
+            if not config.judging.validate_together:
+                spent += _runs(win * n_val, rates[name] + (1 - rates[name]) * change, rerun)
             stacked += rates[name]
             candidates, waiting[name] = candidates + 1, 0.0
             # an accepted rewrite fixes (that share of) its predictor's failures
@@ -178,28 +221,28 @@ def project_calls(
         if config.judging.validate_together:  # one pass per window of ``stack_rounds`` rounds with a winner
             stack = [stack[0] + stacked, stack[1] + candidates]
             if stack[1] and (tally.rounds + 1) % config.judging.stack_rounds == 0:
-                spent += _stack_pass(n_val, win, change, stack[0], stack[1])
+                spent += _stack_pass(n_val, win, change, rerun, stack[0], stack[1])
                 stack = [0.0, 0.0]
-        if max_metric_calls is not None and tally.metric_calls + spent > max_metric_calls:
-            tally.metric_calls, tally.rounds = max_metric_calls, tally.rounds + 1  # stops at the step that won't fit
+        if not tally.take(spent, max_metric_calls):
+            tally.rounds += 1  # stops at the step that won't fit
             break
-        tally.metric_calls += spent
         tally.prompt_calls += gradients + min(len(trainable), gradients) + candidates  # gradients, grouping, rewrites
         tally.rounds += 1
         ever = min(n_train, ever + fresh)
         current = min(n_train, current + fresh) * (1 - win) ** candidates
-        idle = idle + 1 if spent < 0.5 else 0
-        if idle >= len(config.abstraction.cluster_schedule):
-            break  # the engine stops: rounds without a new program run
-    last = _stack_pass(n_val, win, change, stack[0], stack[1]) if stack[1] else 0.0
-    if max_metric_calls is None or tally.metric_calls + last <= max_metric_calls:
-        tally.metric_calls += last  # the engine validates a stack still waiting when the run ends
+        if idle.stops_after(spent.spent >= 0.5):
+            break  # the engine stops: rounds that spent nothing
+    last = _stack_pass(n_val, win, change, rerun, stack[0], stack[1]) if stack[1] else _Cost()
+    if max_metric_calls is None or tally.spent + last.spent <= max_metric_calls:
+        tally.take(last, max_metric_calls)  # the engine validates a stack still waiting when the run ends
     return tally
 
 
-def _stack_pass(n_val: int, win: float, change: float, stacked: float, candidates: float) -> float:
-    """Expected metric calls of one validation pass when any candidate of a stack wins its cluster, on the stack
-    of the winners: its output changes on the failures of every winner's predictor (each wins with ``win``), and
-    on the other examples when a change shows (as one candidate's pass)."""
-    stacked = min(1.0, stacked)
-    return n_val * (win * stacked + (1 - win * stacked) * change * (1 - (1 - win) ** candidates))
+def _stack_pass(n_val: int, win: float, change: float, rerun: float, stacked: float, candidates: float) -> _Cost:
+    """Expected cost of one validation pass when any candidate of a stack wins its cluster, on the stack of the
+    winners: its output changes on the failures of every winner's predictor (each wins with ``win``), and on the
+    other examples when a change shows (as one candidate's pass); those it leaves unchanged take their score and
+    are charged ``rerun``."""
+    fixed = win * min(1.0, stacked)
+    made = 1 - (1 - win) ** candidates  # the pass is made when a candidate of the stack wins
+    return _Cost(n_val * fixed, n_val * fixed) + _runs(n_val * (1 - fixed) * made, change, rerun)

@@ -13,6 +13,13 @@ timing in which its calls finish: the same decisions at 1 and at 8 threads. (Whi
 calls of the refused batch were paid before the run stopped may differ; all of
 them fit under the cap.)
 
+A program run that takes its reference run's score (its output equals it) makes no metric call, but it did
+call the task LM on the calls it made again: it is charged that share of a metric call (re-running k of its N
+calls: k/N, :attr:`.runs.Outcome.budget_share`), so ``max_metric_calls`` bounds the task-LM spend of such runs
+as it bounds that of scored ones. The budget counts those shares exactly (:class:`~fractions.Fraction`), apart
+from the metric calls really made (``metric_calls``, what the result and the journal report): ``spent`` is
+both, and what the cap is checked against.
+
 Task-LM caps are hard too, whatever reuse saves or retries add: every live predictor call of a
 program run is admitted before it starts, against what was paid plus the worst cases of the calls
 in flight (calls and tokens: its prompt's estimate plus ``max_tokens``, twice when the adapter may
@@ -27,6 +34,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 #: The purpose whose set-aside metric calls the current context's charges draw on (see ``Budget.drawing_on``).
@@ -104,7 +112,8 @@ class Budget:
         self.max_prompt_cost = max_prompt_cost
         self.max_task_calls = max_task_calls
         self.max_task_tokens = max_task_tokens
-        self.metric_calls = 0
+        self.metric_calls = 0  # metric calls made (scored runs)
+        self.rerun_share = Fraction(0)  # charged for runs that took their reference's score (see ``charge_unscored``)
         self._aside: dict[str, int] = {}  # metric calls kept for one step each (see ``set_aside``)
         self.prompt_tokens = 0
         self.prompt_cost = 0.0
@@ -166,11 +175,17 @@ class Budget:
         """Metric calls kept out of reach of every step (see :meth:`set_aside`)."""
         return sum(self._aside.values())
 
-    def remaining(self) -> float:
+    @property
+    def spent(self) -> Fraction:
+        """What the metric-call cap is checked against: the metric calls made and the shares charged for runs
+        that took their reference's score."""
+        return self.metric_calls + self.rerun_share
+
+    def remaining(self) -> Fraction | float:
         """Metric calls left for any step (infinite without a cap): what is set aside is not."""
         if self.max_metric_calls is None:
             return float("inf")
-        return self.max_metric_calls - self.metric_calls - self.set_aside_calls
+        return self.max_metric_calls - self.spent - self.set_aside_calls
 
     def set_aside(self, n: int, purpose: str = "stack") -> None:
         """Keep ``n`` metric calls for ``purpose`` out of reach of every other step until set aside again (0 gives
@@ -195,12 +210,13 @@ class Budget:
         with self._lock:
             purpose = _DRAWING_ON.get()
             own = min(n, self._aside.get(purpose, 0)) if purpose is not None else 0
-            taken = self.metric_calls + self.set_aside_calls - own
+            taken = self.spent + self.set_aside_calls - own
             if self.max_metric_calls is not None and taken + n > self.max_metric_calls:
                 aside = self.set_aside_calls - own
                 note = f" ({aside} set aside)" if aside else ""
+                share = f" and {float(self.rerun_share):.1f} charged for reused runs" if self.rerun_share else ""
                 raise BudgetExhausted(
-                    f"metric-call budget: {self.metric_calls} of {self.max_metric_calls} used{note}, "
+                    f"metric-call budget: {self.metric_calls}{share} of {self.max_metric_calls} used{note}, "
                     f"the next step needs {n}"
                 )
             self.metric_calls += n
@@ -211,6 +227,13 @@ class Budget:
         """Give back ``n`` charged metric calls that turned out not to be made."""
         with self._lock:
             self.metric_calls -= n
+
+    def charge_unscored(self, share: Fraction) -> None:
+        """A run charged one metric call took its reference's score instead: give the call back and keep
+        ``share`` of it (at most one, so the run never takes more than it was admitted with)."""
+        with self._lock:
+            self.metric_calls -= 1
+            self.rerun_share += share
 
     def reserve(self, key: str, tokens_bound: int, cost_bound: float = 0.0, batch: Any = None) -> Reservation | None:
         """Admit a prompt-LM call of at most ``tokens_bound`` tokens (``cost_bound`` USD), or raise.
