@@ -52,6 +52,13 @@ def test_task_call_cap_holds_and_stops_the_run(threads):
 
 
 @pytest.mark.parametrize("threads", [1, 4])
+def test_with_cap_task_spend_the_cap_holds_for_the_calls_runs_made_anew_too(threads):
+    result, _ = capped_run(threads, max_metric_calls=45, cap_task_spend=True)
+    assert result.metric_calls <= 45 and result.task_spend <= 45
+    assert "task spend" in result.stop_reason
+
+
+@pytest.mark.parametrize("threads", [1, 4])
 def test_task_token_cap_holds(threads):
     _, (_, tokens) = capped_run(threads)
     cap = tokens // 2
@@ -244,21 +251,25 @@ def test_metric_calls_set_aside_are_out_of_reach_until_given_back():
     assert budget.remaining() == 0
 
 
-def test_a_run_that_takes_its_references_score_is_charged_the_share_of_its_calls_made_again():
-    """A run re-running 2 of its 3 calls (the changed predictor's, and the one after it whose input changed) keeps
-    2/3 of the metric call it was admitted with; the metric calls made stay apart from what the cap counts."""
+def test_the_budget_counts_each_runs_calls_made_anew_beside_its_metric_call():
+    """A run re-running 2 of its 3 calls (the changed predictor's, and the one after it whose input changed) adds
+    2/3 to the task spend, scored or not; a run that took its reference's score makes no metric call. With
+    ``cap_task_spend`` the cap bounds the larger of the two counts."""
     earlier = Outcome(1.0, steps=[step("extract", "q"), step("notes", "e"), step("answer", "n")])
     reference = Reference(earlier, frozenset({"notes"}))
     run = [step("extract", "q"), step("notes", "e"), step("answer", "n2")]
     assert reference.rerun_calls(run) == 2
-    outcome = Outcome(1.0, steps=run, scored=False, rerun=2)
-    assert outcome.budget_share == Fraction(2, 3) and Outcome(0.0, steps=run).budget_share == 1
-    assert Outcome.from_dict(outcome.to_dict()).budget_share == Fraction(2, 3)  # a resume charges the same
-    budget = Budget(max_metric_calls=3)
+    reused = Outcome(1.0, steps=run, scored=False, rerun=2)
+    assert reused.task_share == Fraction(2, 3) and Outcome(0.0, steps=run).task_share == 1  # nothing to reuse
+    assert Outcome.from_dict(reused.to_dict()).task_share == Fraction(2, 3)  # a resume counts the same
+    budget = Budget(max_metric_calls=3, cap_task_spend=True)
     budget.charge(3)
-    budget.charge_unscored(outcome.budget_share)
-    assert budget.metric_calls == 2 and budget.spent == Fraction(8, 3) and budget.remaining() == Fraction(1, 3)
-    with pytest.raises(BudgetExhausted, match="0.7 charged for reused runs"):
+    budget.settle_run(False, reused.task_share)
+    budget.settle_run(True, Fraction(1, 3))
+    budget.settle_run(True, Fraction(1))
+    assert budget.counted == (2, 2) and budget.spent == 2 and budget.remaining() == 1
+    budget.charge(1)
+    with pytest.raises(BudgetExhausted, match=r"3 \(task spend 3.0\) of 3 used"):
         budget.charge(1)
 
 

@@ -185,9 +185,8 @@ CUMULATIVE_CUT_WORLD = dict(
 )
 
 
-# no cap: round 1's only run takes its score by reuse and is charged the calls it made again, so its round is not
-# idle and the run stalls where the run without reuse does (the stall rule counts what a round spends; a reused run
-# that made no call again would leave its round idle, and the run could stall earlier)
+# no cap: round 1's only run takes its score by reuse, so with reuse the run stalls a round earlier than when every
+# run is scored (the stall rule counts metric calls); the run without reuse only repeats a rejected rewrite
 REUSED_ROUND_WORLD = dict(
     CUT_SHORT_WORLD,
     train=kinds({"notes": 1}),

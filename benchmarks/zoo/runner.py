@@ -64,6 +64,7 @@ ABLATIONS = {
     "train_batch_size=32": Variant("agentgrad", {"train_batch_size": 32}),
     "stop after 2 idle rounds": Variant("agentgrad", stop_after_idle_rounds=2),
     "task calls capped at budget x steps": Variant("agentgrad", task_calls_per_budget_call=1.0),
+    "task spend capped": Variant("agentgrad", {"cap_task_spend": True}),
 }
 VARIANTS = {**MAIN, **ABLATIONS}
 
@@ -93,7 +94,7 @@ def _compact(entry: dict) -> dict:
     if "result" in details:
         kept["profile"] = shares(entry)
         kept["stop_reason"] = details["result"].get("stop_reason")
-        kept["reused_charge"] = details["result"].get("reused_charge", 0.0)  # budget charged beyond metric calls
+        kept["task_spend"] = details["result"].get("task_spend", 0.0)  # the budget's other count (calls made anew)
     return kept
 
 

@@ -68,8 +68,8 @@ def world_rows(record: dict) -> dict[str, dict]:
         }
         if "profile" in entry:
             row["profile"], row["stop_reason"] = entry["profile"], entry.get("stop_reason")
-            # the share of the metric-call budget the run was charged (reused runs' shares included)
-            row["budget_used"] = (entry["metric_calls"] + entry.get("reused_charge", 0.0)) / entry["budget"]
+            # the budget's two counts (the task spend binds only under cap_task_spend), as shares of the budget
+            row["budget_used"] = {k: entry.get(k, 0.0) / entry["budget"] for k in ("metric_calls", "task_spend")}
         rows[name] = row
     gepa = rows.get("gepa")
     for row in rows.values() if gepa else ():
@@ -291,7 +291,9 @@ def wall_lines(worlds: list[dict]) -> list[str]:
     lines += ["", "AgentGrad's stop reasons: " + ", ".join(f"{reason} ({n})" for reason, n in stops.most_common())]
     used = [w["rows"]["agentgrad"]["budget_used"] for w in worlds if "agentgrad" in w["rows"]]
     if used:
-        lines[-1] += f"; median share of the budget charged: {statistics.median(used):.0%} (min {min(used):.0%})"
+        shares = {k: statistics.median(u[k] for u in used) for k in ("metric_calls", "task_spend")}
+        lines[-1] += f"; median metric calls {shares['metric_calls']:.0%} and task spend {shares['task_spend']:.0%}"
+        lines[-1] += " of the budget"
     return lines
 
 

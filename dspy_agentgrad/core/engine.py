@@ -108,8 +108,7 @@ class RoundEngine:
 
         Stops: ``max_rounds``; no failure left when the batch is the whole training set; a budget
         cap (the step that would exceed it is not started); a callback's :class:`StopRun`; as many rounds
-        in a row that spent nothing as the cluster schedule is long (:class:`IdleRounds`: nothing new was run,
-        nothing left to learn); Ctrl-C.
+        in a row that took nothing from the budget as the cluster schedule is long (:class:`IdleRounds`); Ctrl-C.
 
         The starting program's validation pass is needed first by the first candidate's check, so
         with several threads it runs beside the first round's attribution and proposals (sharing
@@ -121,14 +120,14 @@ class RoundEngine:
         with ThreadPoolExecutor(max_workers=1) as background, shared_threads(self.config.execution.num_threads):
             try:
                 self.starting.start(background)
-                idle = IdleRounds(len(self.config.abstraction.cluster_schedule))
+                idle = IdleRounds(len(self.config.abstraction.cluster_schedule), self.budget.cap_task_spend)
                 while max_rounds is None or self.state.round_index < max_rounds:
-                    spent = self.budget.spent
+                    paid = self.budget.counted
                     record = self.run_round()
                     if self._no_failures_left(record):
                         self.state.stop_reason = "no failures left on the training set"
                         break
-                    if idle.stops_after(self.budget.spent > spent):
+                    if idle.stops_after(self.budget.counted != paid):
                         self.state.stop_reason = idle.reason
                         break
                 else:

@@ -1,15 +1,16 @@
-"""The stop for a run that can learn nothing more: rounds in a row that spent nothing of the budget.
+"""The stop for a run that can learn nothing more: rounds in a row that took nothing from the budget.
 
-A round spends when it runs something not run before: a scored run is a metric call, and a run that takes
-an earlier run's score is charged the share of its calls it made again (:attr:`.runs.Outcome.budget_share`).
-A round that spent nothing ran only what it had run before and got the answers it got before, so the next
-round, with the same program, asks the same again; once a whole cluster schedule of rounds (every minimum
-cluster size) has passed that way, no round can propose anything new and the run stops.
+What the budget counts is the metric calls, and with ``cap_task_spend`` also the runs' task spend: every run,
+scored or not, adds the share of its calls it made anew (:attr:`.runs.Outcome.task_share`). A round that
+changed neither ran nothing the cap holds for; once a whole cluster schedule of rounds (every minimum cluster
+size) has passed that way, the run stops.
 
-A round that made runs, even runs whose outputs came out as before, is not idle: those runs are paid from
-the budget like any other, and ``max_metric_calls`` bounds them. The rule therefore never ends a run that
-still spends, and a run that spends without gain ends at its budget, as ``dspy.GEPA``'s does. The engine
-and the projection (:mod:`dspy_agentgrad.reporting.projection`) both decide with this object.
+Counting metric calls only, a round whose runs all took an earlier run's score (hints not followed, rewrites
+that changed no output) counts as idle although it called the task LM: such rounds end a run with budget left,
+and cost task-LM calls the cap never sees. With the task spend counted they are paid from the budget and are
+not idle, so the rule ends only a run whose rounds ran nothing anew (every later round would ask the same
+again); a run that spends without gain ends at its budget, as ``dspy.GEPA``'s does. The engine and the
+projection (:mod:`dspy_agentgrad.reporting.projection`) both decide with this object.
 """
 
 from __future__ import annotations
@@ -19,18 +20,19 @@ from dataclasses import dataclass
 
 @dataclass
 class IdleRounds:
-    """Counts the rounds in a row that spent nothing; ``limit`` of them (the cluster schedule's length) stop the
-    run."""
+    """Counts the rounds in a row that took nothing from the budget; ``limit`` of them (the cluster schedule's
+    length) stop the run. ``task_spend``: whether the budget counts the task spend too."""
 
     limit: int
+    task_spend: bool = False
     count: int = 0
 
-    def stops_after(self, spent: bool) -> bool:
-        """Count a round that ``spent`` something (or not); whether the run stops after it."""
-        self.count = 0 if spent else self.count + 1
+    def stops_after(self, paid: bool) -> bool:
+        """Count a round that ``paid`` for something (or not); whether the run stops after it."""
+        self.count = 0 if paid else self.count + 1
         return self.count >= self.limit
 
     @property
     def reason(self) -> str:
-        rounds = "1 round" if self.count == 1 else f"{self.count} rounds in a row"
-        return f"stalled: {rounds} spent nothing (every run asked for was paid already)"
+        what = "a run made anew" if self.task_spend else "a metric call"
+        return f"stalled: {self.count} rounds without {what}"

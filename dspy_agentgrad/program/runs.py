@@ -70,16 +70,17 @@ class Outcome:
     replay_misses: int = 0
     scored: bool = True  # False: the program output equals its reference run's, whose score it took
     objectives: dict[str, float] = field(default_factory=dict)  # the metric's objective_scores for this run
-    rerun: int = 0  # of a run not scored: its calls that its reference could not supply (see ``budget_share``)
+    rerun: int | None = None  # its calls its reference could not supply (made anew); None: no reference, all
 
     @property
-    def budget_share(self) -> Fraction:
-        """The metric calls this run takes from the budget: one when it was scored; when it took its reference's
-        score, the share of its calls it made again (``rerun`` of its calls): a run that re-ran k of its N calls
-        spent about k/N of what a scored run spends on the task LM, so ``max_metric_calls`` bounds that spend too."""
-        if self.scored:
-            return Fraction(1)
-        return Fraction(min(self.rerun, len(self.steps)), len(self.steps)) if self.steps else Fraction(0)
+    def task_share(self) -> Fraction:
+        """The share of its predictor calls this run made anew (k of N: k/N), what the budget counts as its task-LM
+        spend in metric calls: a run with nothing to reuse counts one, as a run of ``dspy.GEPA`` spends; a run that
+        re-ran k of its N calls, scored or not, spent about k/N of that."""
+        if not self.steps:
+            return Fraction(0)
+        made = len(self.steps) if self.rerun is None else min(self.rerun, len(self.steps))
+        return Fraction(made, len(self.steps))
 
     def order(self) -> list[str]:
         """Predictor names in order of first call in this run."""
@@ -111,7 +112,9 @@ class Outcome:
             "replay_misses": self.replay_misses,
         }
         if not self.scored:
-            data["scored"], data["rerun"] = False, self.rerun
+            data["scored"] = False
+        if self.rerun is not None:
+            data["rerun"] = self.rerun
         if self.objectives:  # only when the metric reports any: older journals read back unchanged
             data["objectives"] = self.objectives
         return data
@@ -130,7 +133,7 @@ class Outcome:
             replay_misses=data.get("replay_misses", 0),
             scored=data.get("scored", True),
             objectives=data.get("objectives", {}),
-            rerun=data.get("rerun", 0),
+            rerun=data.get("rerun"),
         )
 
 

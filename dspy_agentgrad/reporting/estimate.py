@@ -172,9 +172,9 @@ class StartEstimate(AgentGradCallback):
         self.validation_usage = validation_usage
         self.score_range = score_range  # (failure_score, max_score): a mean score's place between them
         self.reused = reused
-        self.charged = charged  # what the budget was charged so far for reused runs (``Budget.rerun_share``)
+        self.charged = charged  # the runs' task spend so far (``Budget.task_spend``)
         self.sample: SampleStats | None = None  # what the projections at round ends start from
-        # metric calls, reused runs and their charge when round 0 began
+        # metric calls, reused runs and task spend when round 0 began
         self.first_round: tuple[int, int, float] | None = None
         self.started = time.time()
         self.n_train = self.n_val = 0
@@ -218,7 +218,7 @@ class StartEstimate(AgentGradCallback):
             blame={name: n / event.failures for name, n in event.report.counts().items()},
             reuse_rate=min(1.0, reused / unfixed) if unfixed > 0 else 0.0,
             reused_hints=reused / event.failures,
-            rerun_share=float(charged / reused) if reused else None,
+            rerun_share=float(charged - batch) / (runs + reused - batch) if runs + reused > batch else None,
         )
 
     def _judged(self, event: CandidateJudged) -> None:
@@ -248,7 +248,7 @@ class StartEstimate(AgentGradCallback):
                 win_rate=(self.cluster_wins + 2 * CLUSTER_WIN_RATE) / (self.candidates + 2),
                 stacked=sum(n / batch for name, n in r.attributed.items() if name in r.stacked),
                 stacked_winners=len(r.stacked),
-                spent=r.metric_calls + float(self.charged()),
+                task_spend=float(self.charged()),
             )
             self.projected = max(r.metric_calls, self.estimate_from(self.sample, so_far).metric_calls)
         self.kept = set()

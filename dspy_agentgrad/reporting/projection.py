@@ -6,11 +6,11 @@ a rewrite checked on the cluster and, when it wins there, on the validation set 
 ``validate_together``, one pass per stack of winners,
 which spans ``stack_rounds`` rounds). The projection plays the rounds
 forward and stops where the run stops: ``max_rounds``, the budget, no failure left, or rounds
-that spent nothing (:class:`~dspy_agentgrad.core.idle_rounds.IdleRounds`). It counts the metric calls, and
-apart from them what the budget is charged: a run whose output does not change takes an earlier run's score
-and is charged the share of its calls it made again. It takes a rewrite that wins on its cluster as accepted (validation
-is not sampled). A predictor's first accepted rewrite fixes the held-out share; a later rewrite of it
-fixes the rest as the sampled rewrites fixed their own failures (a later batch shows them).
+that took nothing from it (:class:`~dspy_agentgrad.core.idle_rounds.IdleRounds`). It counts the metric calls and,
+apart from them, the task spend, which the budget bounds too with ``cap_task_spend``: each run adds the share of
+its calls it made anew (one for a run never made before). It takes a rewrite that wins on its cluster as
+accepted (validation is not sampled). A predictor's first accepted rewrite fixes the held-out share; a later
+rewrite of it fixes the rest as the sampled rewrites fixed their own failures (a later batch shows them).
 """
 
 from __future__ import annotations
@@ -42,8 +42,7 @@ class SampleStats:
     # fix an example leaves the program's output as it was
     reuse_rate: float = 0.0
     reused_hints: float = 0.0  # hinted runs per failure that took their score so (no metric call)
-    # the mean share of a metric call charged to a run that took an earlier run's score: the share of its
-    # calls it made again (None: not measured)
+    # the mean share of its calls a run with an earlier run to reuse made anew, scored or not (None: not measured)
     rerun_share: float | None = None
     examples: int = 0  # training examples sampled (0: the projection at the start of compile, from validation)
     # ``AgentGrad.estimate`` also tries one rewrite per blamed predictor (see :mod:`dspy_agentgrad.sampling`)
@@ -71,19 +70,19 @@ class SampleStats:
 
 @dataclass
 class _Cost:
-    """Expected metric calls of some runs, and what the budget is charged for them."""
+    """Expected metric calls of some runs, and their task spend (calls made anew, in metric calls)."""
 
     metric_calls: float = 0.0
-    spent: float = 0.0
+    task: float = 0.0
 
     def __add__(self, other: _Cost) -> _Cost:
-        return _Cost(self.metric_calls + other.metric_calls, self.spent + other.spent)
+        return _Cost(self.metric_calls + other.metric_calls, self.task + other.task)
 
 
 def _runs(n: float, paid: float, rerun: float) -> _Cost:
-    """``n`` runs of which ``paid`` (a share) are scored; the others take an earlier run's score and are charged
-    ``rerun`` of a metric call each (the share of their calls made again)."""
-    return _Cost(n * paid, n * (paid + (1 - paid) * rerun))
+    """``n`` runs with an earlier run to reuse, of which ``paid`` (a share) are scored (the others take the
+    earlier score); each makes ``rerun`` of its calls anew."""
+    return _Cost(n * paid, n * rerun)
 
 
 @dataclass
@@ -91,15 +90,29 @@ class _Tally:
     metric_calls: float = 0.0
     prompt_calls: float = 0.0
     rounds: int = 0
-    spent: float = 0.0  # what the budget is charged: the metric calls, and the shares of runs that took a score
+    task: float = 0.0  # the task spend
+    capped_task: bool = False  # whether the budget bounds the task spend too (``cap_task_spend``)
+
+    def counted(self, cost: _Cost) -> list[tuple[float, float]]:
+        """(so far, more) for each count the budget bounds."""
+        pairs = [(self.metric_calls, cost.metric_calls)]
+        return pairs + [(self.task, cost.task)] if self.capped_task else pairs
+
+    def room(self, cap: int | None) -> float:
+        """What ``cap`` leaves of the counts it bounds (infinite without a cap)."""
+        return float("inf") if cap is None else max(0.0, cap - max(paid for paid, _ in self.counted(_Cost())))
+
+    def part(self, cost: _Cost, cap: int | None) -> float:
+        """The share of ``cost`` that ``cap`` leaves room for (1: all of it)."""
+        room = [1.0] + [max(0.0, cap - paid) / more for paid, more in self.counted(cost) if cap is not None and more]
+        return min(room)
 
     def take(self, cost: _Cost, cap: int | None) -> bool:
         """Add ``cost``, or the part of it that ``cap`` leaves room for (the engine stops at the step that does
         not fit); whether all of it fit."""
-        room = float("inf") if cap is None else max(0.0, cap - self.spent)
-        part = 1.0 if cost.spent <= room else room / cost.spent
+        part = self.part(cost, cap)
         self.metric_calls += cost.metric_calls * part
-        self.spent += cost.spent * part
+        self.task += cost.task * part
         return part == 1.0
 
 
@@ -116,7 +129,7 @@ class RunSoFar:
     win_rate: float  # share of rewrites that won on their cluster so far (shrunk toward CLUSTER_WIN_RATE)
     stacked: float = 0.0  # failures per example blamed on the winners waiting for their validation pass
     stacked_winners: int = 0  # those winners (``stack_rounds``)
-    spent: float | None = None  # what the budget was charged so far (None: the metric calls alone)
+    task_spend: float | None = None  # the task spend so far (None: as the metric calls)
 
 
 def project_calls(
@@ -135,7 +148,7 @@ def project_calls(
 
     Expected values per round. The batch's examples not yet run under the current instructions
     are run: one metric call for an example never run, for one run before only when its output
-    changes (``1 - reuse_rate``; otherwise the budget is charged the sampled ``rerun_share``).
+    changes (``1 - reuse_rate``); each makes the sampled ``rerun_share`` of its calls anew (task spend).
     Their failures are hinted (a cached failure's hints are free).
     Per trainable predictor a candidate when its share of the batch's failures (plus those waiting
     from earlier rounds) reaches the round's minimum cluster size; its check runs the cluster under
@@ -148,16 +161,17 @@ def project_calls(
     hints = sample.hints_per_failure if sample.hints_per_failure is not None else (len(predictors) + 1) / 2
     blame = sample.blame if sample.blame is not None else {name: 1 / len(predictors) for name in predictors}
     change = 1 - sample.reuse_rate  # a run under another program, not fixed by it: share whose output changes
-    # a run that takes an earlier run's score made its calls again from the predictor that differs on: when not
+    # a run with an earlier run to reuse makes its calls anew from the predictor that differs on: when not
     # measured, from a predictor in the middle of the chain on
     rerun = sample.rerun_share if sample.rerun_share is not None else (len(predictors) + 1) / (2 * len(predictors))
     waiting = dict.fromkeys(predictors, 0.0)  # gradients below the minimum wait for a later round
-    tally = _Tally(metric_calls=n_val, spent=n_val)
+    capped = config.budget.cap_task_spend
+    tally = _Tally(metric_calls=n_val, task=n_val, capped_task=capped)
     # failure rates: per predictor (fixable by rewriting it) and of the hard cases (no rewrite fixes them)
     rates = {name: sample.failure_rate * blame.get(name, 0.0) for name in predictors}
     hard = sample.failure_rate * max(0.0, 1 - sum(blame.values()))
     current, ever = 0.0, 0.0
-    idle = IdleRounds(len(config.abstraction.cluster_schedule))
+    idle = IdleRounds(len(config.abstraction.cluster_schedule), config.budget.cap_task_spend)
     stack = [0.0, 0.0]  # winners' failure share and candidates of the stack waiting for its pass
     win = sample.win_rate if sample.win_rate is not None else CLUSTER_WIN_RATE
     fix = sample.fix_share if sample.fix_share is not None else 1.0  # of its predictor's failures, when it wins
@@ -169,8 +183,8 @@ def project_calls(
     check = sample.check_paid if sample.check_paid is not None else 1.0  # of a cluster's runs under a rewrite
     repeat = sample.repeat_share if sample.repeat_share is not None else 0.0
     if so_far is not None:
-        spent = so_far.metric_calls if so_far.spent is None else so_far.spent
-        tally = _Tally(metric_calls=so_far.metric_calls, rounds=so_far.rounds, spent=spent)
+        task = so_far.metric_calls if so_far.task_spend is None else so_far.task_spend
+        tally = _Tally(metric_calls=so_far.metric_calls, rounds=so_far.rounds, task=task, capped_task=capped)
         rates, hard = {name: so_far.rates.get(name, 0.0) for name in predictors}, so_far.hard
         current, ever, win = so_far.current, so_far.ever, so_far.win_rate
         stack = [so_far.stacked, float(so_far.stacked_winners)]
@@ -186,15 +200,16 @@ def project_calls(
             break
         if sum(rates.values()) * batch + sum(waiting.values()) < 0.5:
             # no gradient left to learn from: the engine runs the rest of the training set under the
-            # final program, then stops after rounds that spent nothing
+            # final program, then stops after rounds that took nothing from the budget
             rest = n_train - current
             sweep = math.ceil(rest / batch - 0.01) + len(config.abstraction.cluster_schedule)
             unseen = max(0.0, n_train - ever)
+            rest = min(rest, tally.room(max_metric_calls))  # as many examples as the budget has calls left
             tally.take(_Cost(unseen, unseen) + _runs(rest - unseen, change, rerun), max_metric_calls)
             tally.rounds = min(limit, tally.rounds + sweep)
             break
         failing = sum(rates.values()) * fresh
-        spent = runs + _Cost(failing * hints, failing * (hints + sample.reused_hints * rerun))
+        spent = runs + _Cost(failing * hints, failing * (hints + sample.reused_hints) * rerun)
         minimum = min_cluster_size(config.abstraction.cluster_schedule, tally.rounds)
         gradients, candidates, stacked = 0.0, 0.0, 0.0
         for name in [n for n in predictors if n in trainable]:
@@ -230,10 +245,10 @@ def project_calls(
         tally.rounds += 1
         ever = min(n_train, ever + fresh)
         current = min(n_train, current + fresh) * (1 - win) ** candidates
-        if idle.stops_after(spent.spent >= 0.5):
-            break  # the engine stops: rounds that spent nothing
+        if idle.stops_after(sum(more for _, more in tally.counted(spent)) >= 0.5):
+            break  # the engine stops: rounds that took nothing from the budget
     last = _stack_pass(n_val, win, change, rerun, stack[0], stack[1]) if stack[1] else _Cost()
-    if max_metric_calls is None or tally.spent + last.spent <= max_metric_calls:
+    if tally.part(last, max_metric_calls) == 1.0:
         tally.take(last, max_metric_calls)  # the engine validates a stack still waiting when the run ends
     return tally
 
@@ -241,8 +256,7 @@ def project_calls(
 def _stack_pass(n_val: int, win: float, change: float, rerun: float, stacked: float, candidates: float) -> _Cost:
     """Expected cost of one validation pass when any candidate of a stack wins its cluster, on the stack of the
     winners: its output changes on the failures of every winner's predictor (each wins with ``win``), and on the
-    other examples when a change shows (as one candidate's pass); those it leaves unchanged take their score and
-    are charged ``rerun``."""
+    other examples when a change shows (as one candidate's pass); each run makes ``rerun`` of its calls anew."""
     fixed = win * min(1.0, stacked)
     made = 1 - (1 - win) ** candidates  # the pass is made when a candidate of the stack wins
-    return _Cost(n_val * fixed, n_val * fixed) + _runs(n_val * (1 - fixed) * made, change, rerun)
+    return _runs(n_val * fixed, 1.0, rerun) + _runs(n_val * (1 - fixed) * made, change, rerun)
