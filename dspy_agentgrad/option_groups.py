@@ -53,6 +53,11 @@ class BudgetOptions:
     auto: "light", "medium" or "heavy": the metric-call budget dspy.GEPA(auto=...) gives the same program and data
         (:func:`auto_budget`); None to use only the caps below.
     max_metric_calls: cap on program runs scored by the metric (GEPA's unit); never exceeded.
+    cap_task_spend: ``max_metric_calls`` also caps the runs' task spend: each run, scored or not, counts the share
+        of its calls it made anew (:attr:`.Outcome.task_share`), so the task-LM calls stay within about one per
+        predictor and metric call, as ``dspy.GEPA``'s do, and a round whose runs all took earlier scores is paid
+        for, so it no longer counts as stalled. Off by default: on the zoo it bounds spend but lowers the worst
+        worlds' test scores (docs/zoo.md).
     max_full_evals: the cap in GEPA's other unit: that many passes over train + validation.
     max_rounds: cap on rounds.
     max_prompt_tokens, max_prompt_cost: caps on the prompt LM: tokens, or USD priced with litellm's price table.
@@ -61,6 +66,7 @@ class BudgetOptions:
 
     auto: str | None = "light"
     max_metric_calls: int | None = None
+    cap_task_spend: bool = False
     max_full_evals: int | None = None
     max_rounds: int | None = None
     max_prompt_tokens: int | None = None
@@ -93,9 +99,8 @@ class BudgetOptions:
 
     def caps(self, max_calls: int | None) -> Budget:
         """The run's caps: ``max_calls`` metric calls, prompt-LM tokens and cost, task-LM calls and tokens."""
-        return Budget(
-            max_calls, self.max_prompt_tokens, self.max_prompt_cost, self.max_task_calls, self.max_task_tokens
-        )
+        caps = (self.max_prompt_tokens, self.max_prompt_cost, self.max_task_calls, self.max_task_tokens)
+        return Budget(max_calls, *caps, cap_task_spend=self.cap_task_spend)
 
     def metric_calls(self, n_predictors: int, n_train: int, n_val: int) -> int | None:
         """The cap on metric calls for this program and data: ``auto``'s budget, ``max_full_evals`` passes over

@@ -343,6 +343,7 @@ class AgentGrad(Teleprompter):
             lambda: parts.evaluator.ledger.by_phase["validate"],
             (self.config.scores.failure_score, self.config.scores.max_score),
             lambda: parts.evaluator.reused,
+            lambda: parts.budget.task_spend,
         )
         progress = ProgressBar(budget, self.config.output.progress, start_estimate.total)
         observers: list[Any] = [

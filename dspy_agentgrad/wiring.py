@@ -159,7 +159,8 @@ def estimator(
                 prices[role] = price_function(lm) if priced else None
         except ValueError:
             prices[role] = None
-    run = RunShape(names, set(names) - config.proposals.frozen(names), n_train, n_val, max_calls, max_rounds)
+    trainable = set(names) - config.proposals.frozen(names)
+    run = RunShape(names, trainable, n_train, n_val, max_calls, max_rounds, config.budget.cap_task_spend)
     worst = max_calls
     if max_rounds is not None:
         worst = worst_case_calls(

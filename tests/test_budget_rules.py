@@ -3,12 +3,15 @@ rounds)."""
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import dspy
 import pytest
 from world import Pipeline, World, agentgrad, feedback_metric, make_data, world_lm
 
 from dspy_agentgrad import AgentGrad, AgentGradCallback
 from dspy_agentgrad.config import AgentGradConfig
+from dspy_agentgrad.program.runs import Outcome, Reference, Step
 from dspy_agentgrad.runtime.budget import Budget, BudgetExhausted, TaskCapReached, TaskTicket
 
 FAST = dict(progress=False, auto=None)
@@ -46,6 +49,13 @@ def test_task_call_cap_holds_and_stops_the_run(threads):
     assert "task-LM budget" in result.stop_reason
     assert result.metric_calls < uncapped.metric_calls
     assert result.best_val_score >= result.initial_val_score  # the best program so far is returned
+
+
+@pytest.mark.parametrize("threads", [1, 4])
+def test_with_cap_task_spend_the_cap_holds_for_the_calls_runs_made_anew_too(threads):
+    result, _ = capped_run(threads, max_metric_calls=45, cap_task_spend=True)
+    assert result.metric_calls <= 45 and result.task_spend <= 45
+    assert "task spend" in result.stop_reason
 
 
 @pytest.mark.parametrize("threads", [1, 4])
@@ -239,6 +249,32 @@ def test_metric_calls_set_aside_are_out_of_reach_until_given_back():
     budget.set_aside(0)
     budget.charge(7)
     assert budget.remaining() == 0
+
+
+def test_the_budget_counts_each_runs_calls_made_anew_beside_its_metric_call():
+    """A run re-running 2 of its 3 calls (the changed predictor's, and the one after it whose input changed) adds
+    2/3 to the task spend, scored or not; a run that took its reference's score makes no metric call. With
+    ``cap_task_spend`` the cap bounds the larger of the two counts."""
+    earlier = Outcome(1.0, steps=[step("extract", "q"), step("notes", "e"), step("answer", "n")])
+    reference = Reference(earlier, frozenset({"notes"}))
+    run = [step("extract", "q"), step("notes", "e"), step("answer", "n2")]
+    assert reference.rerun_calls(run) == 2
+    reused = Outcome(1.0, steps=run, scored=False, rerun=2)
+    assert reused.task_share == Fraction(2, 3) and Outcome(0.0, steps=run).task_share == 1  # nothing to reuse
+    assert Outcome.from_dict(reused.to_dict()).task_share == Fraction(2, 3)  # a resume counts the same
+    budget = Budget(max_metric_calls=3, cap_task_spend=True)
+    budget.charge(3)
+    budget.settle_run(False, reused.task_share)
+    budget.settle_run(True, Fraction(1, 3))
+    budget.settle_run(True, Fraction(1))
+    assert budget.counted == (2, 2) and budget.spent == 2 and budget.remaining() == 1
+    budget.charge(1)
+    with pytest.raises(BudgetExhausted, match=r"3 \(task spend 3.0\) of 3 used"):
+        budget.charge(1)
+
+
+def step(name: str, value: str) -> Step:
+    return Step(name, {"x": value}, {"y": value + "!"})
 
 
 def test_the_paper_preset_sets_the_papers_procedure_and_an_option_passed_wins():

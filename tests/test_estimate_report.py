@@ -15,9 +15,10 @@ from world import Pipeline, World, counted, feedback_metric, make_data, world_lm
 from dspy_agentgrad import AgentGrad, AgentGradResult, write_report
 from dspy_agentgrad.cli import main as cli_main
 from dspy_agentgrad.config import AgentGradConfig
+from dspy_agentgrad.core.round_rules import RoundRules
 from dspy_agentgrad.reporting.charts import candidate_positions
 from dspy_agentgrad.reporting.estimate import build_estimate
-from dspy_agentgrad.reporting.projection import RunShape, SampleStats
+from dspy_agentgrad.reporting.projection import RunShape, SampleStats, project_calls
 from dspy_agentgrad.reporting.report import render_html, word_diff
 from dspy_agentgrad.reporting.results import why_unchanged
 
@@ -158,6 +159,20 @@ def test_the_estimate_never_exceeds_the_metric_call_cap(world):
         feedback_metric, auto=None, max_metric_calls=40, config=AgentGradConfig.from_options(**FAST)
     ).estimate(Pipeline(), trainset=train, valset=val)
     assert estimate.metric_calls == 40 and estimate.max_metric_calls == 40
+
+
+def test_with_cap_task_spend_the_projection_stops_where_the_task_spend_reaches_the_cap():
+    """Where most hinted runs take their reference's score, the task spend outruns the metric calls: capped, the
+    projected run stops at the cap on it (fewer rounds and metric calls); uncapped, it goes on past it."""
+    sample = SampleStats(10, 0.6, hints_per_failure=1.0, reuse_rate=0.9, reused_hints=2.0, rerun_share=0.7)
+    names = ["extract", "notes", "answer"]
+    rules = RoundRules.of(AgentGradConfig())
+    plain, capped = (
+        project_calls(rules, RunShape(names, set(names), 30, 10, 100, None, cap_task_spend=flag), sample)
+        for flag in (False, True)
+    )
+    assert plain.task > 100 >= plain.metric_calls and capped.task == 100
+    assert capped.metric_calls < plain.metric_calls and capped.rounds < plain.rounds
 
 
 def test_the_estimate_says_what_its_sample_paid():

@@ -35,7 +35,8 @@ def task_calls(folder: Path) -> int:
 
 def decisions(folder: Path) -> dict:
     result = json.loads((folder / "out.json").read_text())
-    keep = ("candidates", "rounds", "final_instructions", "best_val_score", "metric_calls", "val_history")
+    keep = ("candidates", "rounds", "final_instructions", "best_val_score", "metric_calls", "task_spend")
+    keep += ("val_history",)
     return {k: result[k] for k in keep}
 
 

@@ -210,6 +210,8 @@ def test_reuse_makes_the_decisions_of_full_runs_with_fewer_metric_calls(threads)
     # what is reported is what the metric saw; the runs not scored took an identical output's score
     assert (full_calls, reused_calls) == (full.metric_calls, reused.metric_calls)
     assert full.reused_runs == 0 and reused.reused_runs > 0
+    # without reuse every run makes all its calls: its task spend is its metric calls; with reuse it is less
+    assert full.task_spend == full.metric_calls and 0 < reused.task_spend < full.task_spend
     assert reused.metric_calls < 0.8 * full.metric_calls
     assert reused.usage["task"]["calls"] < full.usage["task"]["calls"]  # unchanged calls are replayed, not paid
 

@@ -64,6 +64,7 @@ ABLATIONS = {
     "train_batch_size=32": Variant("agentgrad", {"train_batch_size": 32}),
     "stop after 2 idle rounds": Variant("agentgrad", stop_after_idle_rounds=2),
     "task calls capped at budget x steps": Variant("agentgrad", task_calls_per_budget_call=1.0),
+    "task spend capped": Variant("agentgrad", {"cap_task_spend": True}),
 }
 VARIANTS = {**MAIN, **ABLATIONS}
 
@@ -92,8 +93,8 @@ def _compact(entry: dict) -> dict:
     kept["details"] = {k: details[k] for k in series if k in details}
     if "result" in details:
         kept["profile"] = shares(entry)
-        stop = details["result"].get("stop_reason")
-        kept["stop_reason"] = stop
+        kept["stop_reason"] = details["result"].get("stop_reason")
+        kept["task_spend"] = details["result"].get("task_spend", 0.0)  # the budget's other count (calls made anew)
     return kept
 
 

@@ -68,6 +68,8 @@ def world_rows(record: dict) -> dict[str, dict]:
         }
         if "profile" in entry:
             row["profile"], row["stop_reason"] = entry["profile"], entry.get("stop_reason")
+            # the budget's two counts (the task spend binds only under cap_task_spend), as shares of the budget
+            row["budget_used"] = {k: entry.get(k, 0.0) / entry["budget"] for k in ("metric_calls", "task_spend")}
         rows[name] = row
     gepa = rows.get("gepa")
     for row in rows.values() if gepa else ():
@@ -287,6 +289,11 @@ def wall_lines(worlds: list[dict]) -> list[str]:
         if "agentgrad" in w["rows"]
     )
     lines += ["", "AgentGrad's stop reasons: " + ", ".join(f"{reason} ({n})" for reason, n in stops.most_common())]
+    used = [w["rows"]["agentgrad"]["budget_used"] for w in worlds if "agentgrad" in w["rows"]]
+    if used:
+        shares = {k: statistics.median(u[k] for u in used) for k in ("metric_calls", "task_spend")}
+        lines[-1] += f"; median metric calls {shares['metric_calls']:.0%} and task spend {shares['task_spend']:.0%}"
+        lines[-1] += " of the budget"
     return lines
 
 

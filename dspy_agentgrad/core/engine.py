@@ -30,6 +30,7 @@ from .abstraction import Abstraction
 from .attribution import Attribution, Attributor, HintFn
 from .batches import BatchSampler
 from .events import AttributionDone, Dispatcher, RoundEnd, RoundStart, RunEnd, RunStart, StopRun
+from .idle_rounds import IdleRounds
 from .judging import judge_for
 from .judging.acceptance import Acceptance
 from .judging.protocol import JudgingParts
@@ -110,8 +111,7 @@ class RoundEngine:
 
         Stops: ``max_rounds``; no failure left when the batch is the whole training set; a budget
         cap (the step that would exceed it is not started); a callback's :class:`StopRun`; as many rounds
-        in a row without a metric call as the cluster schedule is long (nothing new was run or scored:
-        nothing left to learn); Ctrl-C.
+        in a row that took nothing from the budget as the cluster schedule is long (:class:`IdleRounds`); Ctrl-C.
 
         The starting program's validation pass is needed first by the first candidate's check, so
         with several threads it runs beside the first round's attribution and proposals (sharing
@@ -123,16 +123,15 @@ class RoundEngine:
         with ThreadPoolExecutor(max_workers=1) as background, shared_threads(self.config.execution.num_threads):
             try:
                 self.starting.start(background)
-                idle_rounds = 0
+                idle = IdleRounds(self.rules.cycle, self.budget.cap_task_spend)
                 while max_rounds is None or self.state.round_index < max_rounds:
-                    spent = self.budget.metric_calls
+                    paid = self.budget.counted
                     record = self.run_round()
                     if self._no_failures_left(record):
                         self.state.stop_reason = "no failures left on the training set"
                         break
-                    idle_rounds = self.rules.idle_rounds(idle_rounds, self.budget.metric_calls - spent)
-                    if self.rules.stalled(idle_rounds):
-                        self.state.stop_reason = f"stalled: {idle_rounds} rounds without a metric call"
+                    if idle.stops_after(self.budget.counted != paid):
+                        self.state.stop_reason = idle.reason
                         break
                 else:
                     self.state.stop_reason = f"max_rounds={max_rounds} reached"

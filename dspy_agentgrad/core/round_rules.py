@@ -6,8 +6,8 @@ gradients make candidates once a group of them reaches the round's minimum clust
 ``cluster_schedule``; a gradient below it waits, for at most one cycle. Clusters are judged largest first. With
 ``validate_together`` the winners of a window of ``stack_rounds`` rounds share one validation pass at the window's
 last round. Besides ``max_rounds`` and the budget, a run stops when a batch that is the whole training set shows no
-failure, or when a whole cycle of rounds in a row paid no metric call (nothing new was run or scored: nothing left
-to learn).
+failure, or when a whole cycle of rounds in a row took nothing from the budget (:class:`~.idle_rounds.IdleRounds`,
+counted over :attr:`RoundRules.cycle`).
 
 The engine counts whole examples and calls; the projection counts expected ones, and a count under one half is
 none to both.
@@ -39,7 +39,8 @@ class RoundRules:
 
     @property
     def cycle(self) -> int:
-        """Rounds in one turn of the schedule: the longest a gradient waits, and the idle rounds that stall a run."""
+        """Rounds in one turn of the schedule: the longest a gradient waits, and the idle rounds that stall a run
+        (:class:`~.idle_rounds.IdleRounds`)."""
         return len(self.cluster_schedule)
 
     def batch_size(self, n_train: int) -> int:
@@ -66,15 +67,6 @@ class RoundRules:
     def no_failure_left(failures: float, batch_size: int, n_train: int) -> bool:
         """Whether a round's batch shows that no failure is left on the training set: it held the whole set."""
         return failures < 0.5 and batch_size == n_train
-
-    @staticmethod
-    def idle_rounds(idle: int, metric_calls: float) -> int:
-        """Rounds in a row without a metric call, after a round that paid ``metric_calls``."""
-        return idle + 1 if metric_calls < 0.5 else 0
-
-    def stalled(self, idle: int) -> bool:
-        """Whether ``idle`` rounds in a row without a metric call end the run: a whole cycle of the schedule."""
-        return idle >= self.cycle
 
 
 def judging_order(clusters: Sequence[Cluster], order: list[str]) -> list[Cluster]:

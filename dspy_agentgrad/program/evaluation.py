@@ -9,9 +9,10 @@ resume. That makes a resumed run spend exactly what the uninterrupted run spends
 With ``reuse`` on, each run names a reference (:class:`runs.Reference`): for a plain
 run, the earlier run of the same example whose instructions differ in the fewest
 predictors; for an intervention, the run it intervenes on. A run whose program output
-equals its reference's takes that score without a metric call, and its charge is given
-back. References are chosen from batches already settled, in request order, so the
-choice and the metric calls are the same at any thread count and after a resume.
+equals its reference's takes that score without a metric call. Every run, scored or not, also
+counts the share of its calls it made anew (:attr:`.runs.Outcome.task_share`) toward the budget's
+task spend. References are chosen from batches already settled, in request order, so the choice,
+the metric calls and the task spend are the same at any thread count and after a resume.
 
 Speculation runs programs ahead (:meth:`Evaluator.run_chains_ahead`, :meth:`Evaluator.intervene_ahead`)
 without scoring them, into :class:`.ahead.RunsAhead`, which the evaluator consults before it makes a run: a
@@ -301,8 +302,8 @@ class Evaluator:
             raise
         if new:
             self._count(outcome, phase)
+            self.budget.settle_run(outcome.scored, outcome.task_share)
             if not outcome.scored:  # its output equals its reference's: no metric call was made
-                self.budget.refund(1)
                 with self._lock:
                     self.reused += 1
         return outcome

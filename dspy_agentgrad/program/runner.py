@@ -246,6 +246,7 @@ class ProgramRunner:
             else {"output": to_jsonable(prediction)}
         )
         known = reference.outcome if reference is not None else None
+        rerun = reference.rerun_calls(steps) if reference is not None else None
         same = known is not None and known.error is None and outputs == known.outputs
         if same and faithful(prediction):  # values shown by str() alone may print alike and differ: scored
             return Outcome(
@@ -258,6 +259,7 @@ class ProgramRunner:
                 attempts,
                 scored=False,
                 objectives=dict(known.objectives),
+                rerun=rerun,
             )
         attempt = timeouts = 0
         while True:
@@ -276,7 +278,15 @@ class ProgramRunner:
                 score = result.score if self.max_score is None else checked_score(result.score, self.max_score, example)
                 feedback = self.redact(result.feedback)
                 return Outcome(
-                    score, feedback, None, steps, outputs, total_usage, attempts, objectives=result.objectives
+                    score,
+                    feedback,
+                    None,
+                    steps,
+                    outputs,
+                    total_usage,
+                    attempts,
+                    objectives=result.objectives,
+                    rerun=rerun,
                 )
             timeouts += isinstance(error, CallTimeout)
             if self._try_again(error, attempt, timeouts):
@@ -287,7 +297,7 @@ class ProgramRunner:
                 self._log_metric_error(error)
                 kind = "metric:" + type(error).__name__
             feedback = self.redact(f"The metric failed: {kind}: {error}")
-            return Outcome(self.failure_score, feedback, kind, steps, outputs, total_usage, attempts)
+            return Outcome(self.failure_score, feedback, kind, steps, outputs, total_usage, attempts, rerun=rerun)
 
     def _try_again(self, error: BaseException, attempt: int, timeouts: int) -> bool:
         """Whether to try a failed call again: one past its time limit once, at once (``timeouts``: how many of

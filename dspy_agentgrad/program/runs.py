@@ -4,10 +4,13 @@ not scored yet (:class:`Execution`)."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
+from ..runtime.jsonable import digest
 from ..runtime.usage import empty_usage
 
 
@@ -67,6 +70,17 @@ class Outcome:
     replay_misses: int = 0
     scored: bool = True  # False: the program output equals its reference run's, whose score it took
     objectives: dict[str, float] = field(default_factory=dict)  # the metric's objective_scores for this run
+    rerun: int | None = None  # its calls its reference could not supply (made anew); None: no reference, all
+
+    @property
+    def task_share(self) -> Fraction:
+        """The share of its predictor calls this run made anew (k of N: k/N), what the budget counts as its task-LM
+        spend in metric calls: a run with nothing to reuse counts one, as a run of ``dspy.GEPA`` spends; a run that
+        re-ran k of its N calls, scored or not, spent about k/N of that."""
+        if not self.steps:
+            return Fraction(0)
+        made = len(self.steps) if self.rerun is None else min(self.rerun, len(self.steps))
+        return Fraction(made, len(self.steps))
 
     def order(self) -> list[str]:
         """Predictor names in order of first call in this run."""
@@ -99,6 +113,8 @@ class Outcome:
         }
         if not self.scored:
             data["scored"] = False
+        if self.rerun is not None:
+            data["rerun"] = self.rerun
         if self.objectives:  # only when the metric reports any: older journals read back unchanged
             data["objectives"] = self.objectives
         return data
@@ -117,6 +133,7 @@ class Outcome:
             replay_misses=data.get("replay_misses", 0),
             scored=data.get("scored", True),
             objectives=data.get("objectives", {}),
+            rerun=data.get("rerun"),
         )
 
 
@@ -131,6 +148,26 @@ class Reference:
         """The calls of unchanged predictors, except those already in the run's strict replay."""
         taken = {id(step) for step in replayed}
         return [s for s in self.outcome.steps if s.name not in self.changed and id(s) not in taken]
+
+    def rerun_calls(self, steps: Iterable[Step]) -> int:
+        """How many of a run's ``steps`` this reference could not supply: calls of a changed predictor, and calls
+        of the others whose inputs or setting it does not hold. It counts from the steps alone, not from how the
+        run was made (live, ahead by speculation, or after a resume), so the count is the same either way."""
+        held = Counter(_call_identity(s) for s in self.outcome.steps if s.name not in self.changed and not s.error)
+        rerun = 0
+        for step in steps:
+            identity = _call_identity(step)
+            if step.name in self.changed or held[identity] == 0:
+                rerun += 1
+            else:
+                held[identity] -= 1
+        return rerun
+
+
+def _call_identity(step: Step) -> tuple[str, str, str]:
+    """What tells one predictor call from another for reuse (as :func:`.run_control.call_key`): its predictor,
+    inputs and call setting."""
+    return step.name, digest(step.inputs), step.setting
 
 
 @dataclass

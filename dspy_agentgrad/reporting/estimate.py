@@ -156,13 +156,22 @@ class StartEstimate(AgentGradCallback):
     its hard cases, and the share of rewrites that won on their cluster so far.
     """
 
-    def __init__(self, estimate_from, validation_usage, score_range: tuple[float, float], reused=lambda: 0):
+    def __init__(
+        self,
+        estimate_from,
+        validation_usage,
+        score_range: tuple[float, float],
+        reused=lambda: 0,
+        charged=lambda: 0,
+    ):
         self.estimate_from = estimate_from
         self.validation_usage = validation_usage
         self.score_range = score_range  # (failure_score, max_score): a mean score's place between them
         self.reused = reused
+        self.charged = charged  # the runs' task spend so far (``Budget.task_spend``)
         self.sample: SampleStats | None = None  # what the projections at round ends start from
-        self.first_round: tuple[int, int] | None = None  # metric calls and reused runs when round 0 began
+        # metric calls, reused runs and task spend when round 0 began
+        self.first_round: tuple[int, int, float] | None = None
         self.started = time.time()
         self.n_train = self.n_val = 0
         self.estimate: Estimate | None = None
@@ -186,13 +195,14 @@ class StartEstimate(AgentGradCallback):
 
     def on_round_start(self, event: RoundStart) -> None:
         if event.round == 0 and self.estimate is not None:  # validated before: the round's calls are its own
-            self.first_round = (event.metric_calls, self.reused())
+            self.first_round = (event.metric_calls, self.reused(), self.charged())
 
     def on_attribution(self, event: AttributionDone) -> None:
         if event.round != 0 or self.first_round is None or self.sample is None or not event.failures:
             return
         batch = len(event.report.passed) + event.failures
         runs, reused = event.metric_calls - self.first_round[0], self.reused() - self.first_round[1]
+        charged = self.charged() - self.first_round[2]
         fixed = sum(event.report.counts().values())
         unfixed = runs + reused - batch - fixed
         self.sample = SampleStats(
@@ -203,6 +213,8 @@ class StartEstimate(AgentGradCallback):
             hints_per_failure=max(0.0, runs - batch) / event.failures,
             blame={name: n / event.failures for name, n in event.report.counts().items()},
             reuse_rate=min(1.0, reused / unfixed) if unfixed > 0 else 0.0,
+            reused_hints=reused / event.failures,
+            rerun_share=float(charged - batch) / (runs + reused - batch) if runs + reused > batch else None,
         )
 
     def _judged(self, event: CandidateJudged) -> None:
@@ -232,6 +244,7 @@ class StartEstimate(AgentGradCallback):
                 win_rate=(self.cluster_wins + 2 * CLUSTER_WIN_RATE) / (self.candidates + 2),
                 stacked=sum(n / batch for name, n in r.attributed.items() if name in r.stacked),
                 stacked_winners=len(r.stacked),
+                task_spend=float(self.charged()),
             )
             self.projected = max(r.metric_calls, self.estimate_from(self.sample, so_far).metric_calls)
         self.kept = set()

@@ -160,6 +160,9 @@ class AgentGradResult:
     metric_calls: int = 0
     max_metric_calls: int | None = None
     reused_runs: int = 0  # program runs whose output equalled an earlier run's: its score taken, no metric call
+    # the runs' task-LM spend in metric calls: each run counts the share of its calls it made anew (one with nothing
+    # to reuse); with cap_task_spend, max_metric_calls bounds it as it bounds metric_calls
+    task_spend: float = 0.0
     usage: dict = field(default_factory=dict)
     phase_calls: dict = field(default_factory=dict)  # metric calls per phase of program runs
     phase_wall_s: dict = field(default_factory=dict)  # seconds waited on runs per phase (overlapping phases both count)
@@ -225,6 +228,7 @@ class AgentGradResult:
             metric_calls=budget.metric_calls,
             max_metric_calls=budget.max_metric_calls,
             reused_runs=reused_runs,
+            task_spend=float(budget.task_spend),
             usage=usage,
             phase_calls=dict(sorted((phase_calls or {}).items())),
             phase_wall_s={k: round(v, 3) for k, v in sorted((phase_wall_s or {}).items())},
@@ -304,7 +308,8 @@ class AgentGradResult:
             f"- validation score: {self.initial_val_score:.4f} -> {self.best_val_score:.4f}",
             f"- metric calls: {self.metric_calls}"
             + (f" of {self.max_metric_calls}" if self.max_metric_calls else "")
-            + (f"; {self.reused_runs} more runs reused an earlier run's score" if self.reused_runs else ""),
+            + (f"; {self.reused_runs} more runs reused an earlier run's score" if self.reused_runs else "")
+            + f"; task spend {self.task_spend:.1f} (calls made anew, in metric calls)",
             f"- rounds: {len(self.rounds)}; stop: {inert(self.stop_reason)}; wall time: {self.wall_time_s:.1f} s"
             + (f" over {len(self.segments)} segments (resumed)" if len(self.segments) > 1 else ""),
             *(f"- objective {n} (validation mean): {a:.4f} -> {b:.4f}" for n, a, b in self.objective_changes()),

@@ -13,6 +13,15 @@ timing in which its calls finish: the same decisions at 1 and at 8 threads. (Whi
 calls of the refused batch were paid before the run stopped may differ; all of
 them fit under the cap.)
 
+Beside the metric calls made (``metric_calls``) the budget keeps the runs' task-LM spend in the same unit
+(``task_spend``): each run adds the share of its predictor calls it made anew (:attr:`.runs.Outcome.task_share`:
+k of N calls, k/N; one for a run with nothing to reuse). A run that reuses an earlier run's calls spends less
+than a metric call's worth; one that takes its reference's score makes no metric call but still spends the
+calls it made again. With ``cap_task_spend`` the cap holds for both counts, each charged one per run before it
+starts: the task-LM calls are then bounded as ``dspy.GEPA``'s are (about one per predictor and metric call)
+without taking from the metric calls what reused runs save. Both counts are exact (:class:`~fractions.Fraction`)
+and settled from each run's record alone, so they are the same at any thread count and after a resume.
+
 Task-LM caps are hard too, whatever reuse saves or retries add: every live predictor call of a
 program run is admitted before it starts, against what was paid plus the worst cases of the calls
 in flight (calls and tokens: its prompt's estimate plus ``max_tokens``, twice when the adapter may
@@ -27,6 +36,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 #: The purpose whose set-aside metric calls the current context's charges draw on (see ``Budget.drawing_on``).
@@ -98,13 +108,16 @@ class Budget:
         max_prompt_cost: float | None = None,
         max_task_calls: int | None = None,
         max_task_tokens: int | None = None,
+        cap_task_spend: bool = False,
     ):
         self.max_metric_calls = max_metric_calls
         self.max_prompt_tokens = max_prompt_tokens
         self.max_prompt_cost = max_prompt_cost
         self.max_task_calls = max_task_calls
         self.max_task_tokens = max_task_tokens
-        self.metric_calls = 0
+        self.cap_task_spend = cap_task_spend
+        self.metric_calls = 0  # metric calls made (scored runs)
+        self.task_spend = Fraction(0)  # the runs' calls made anew, in metric calls (see ``settle_run``)
         self._aside: dict[str, int] = {}  # metric calls kept for one step each (see ``set_aside``)
         self.prompt_tokens = 0
         self.prompt_cost = 0.0
@@ -166,11 +179,22 @@ class Budget:
         """Metric calls kept out of reach of every step (see :meth:`set_aside`)."""
         return sum(self._aside.values())
 
-    def remaining(self) -> float:
+    @property
+    def counted(self) -> tuple[Fraction, ...]:
+        """What the metric-call cap holds for: the metric calls, and with ``cap_task_spend`` the task spend. Work
+        that leaves them unchanged took nothing from the budget."""
+        return (Fraction(self.metric_calls), self.task_spend) if self.cap_task_spend else (Fraction(self.metric_calls),)
+
+    @property
+    def spent(self) -> Fraction:
+        """What the metric-call cap is checked against: the largest of the :attr:`counted` counts."""
+        return max(self.counted)
+
+    def remaining(self) -> Fraction | float:
         """Metric calls left for any step (infinite without a cap): what is set aside is not."""
         if self.max_metric_calls is None:
             return float("inf")
-        return self.max_metric_calls - self.metric_calls - self.set_aside_calls
+        return self.max_metric_calls - self.spent - self.set_aside_calls
 
     def set_aside(self, n: int, purpose: str = "stack") -> None:
         """Keep ``n`` metric calls for ``purpose`` out of reach of every other step until set aside again (0 gives
@@ -195,22 +219,32 @@ class Budget:
         with self._lock:
             purpose = _DRAWING_ON.get()
             own = min(n, self._aside.get(purpose, 0)) if purpose is not None else 0
-            taken = self.metric_calls + self.set_aside_calls - own
+            taken = self.spent + self.set_aside_calls - own
             if self.max_metric_calls is not None and taken + n > self.max_metric_calls:
                 aside = self.set_aside_calls - own
                 note = f" ({aside} set aside)" if aside else ""
+                spend = f" (task spend {float(self.task_spend):.1f})" if self.cap_task_spend else ""
                 raise BudgetExhausted(
-                    f"metric-call budget: {self.metric_calls} of {self.max_metric_calls} used{note}, "
+                    f"metric-call budget: {self.metric_calls}{spend} of {self.max_metric_calls} used{note}, "
                     f"the next step needs {n}"
                 )
             self.metric_calls += n
+            self.task_spend += n
             if own:
                 self._aside[purpose] -= own
 
     def refund(self, n: int) -> None:
-        """Give back ``n`` charged metric calls that turned out not to be made."""
+        """Give back ``n`` charged runs that turned out not to be made."""
         with self._lock:
             self.metric_calls -= n
+            self.task_spend -= n
+
+    def settle_run(self, scored: bool, share: Fraction) -> None:
+        """A run charged one of each is done: it keeps its metric call only if it was ``scored``, and ``share``
+        (at most one) of its task spend."""
+        with self._lock:
+            self.metric_calls -= 0 if scored else 1
+            self.task_spend += share - 1
 
     def reserve(self, key: str, tokens_bound: int, cost_bound: float = 0.0, batch: Any = None) -> Reservation | None:
         """Admit a prompt-LM call of at most ``tokens_bound`` tokens (``cost_bound`` USD), or raise.

@@ -1,0 +1,38 @@
+"""The stop for a run that can learn nothing more: rounds in a row that took nothing from the budget.
+
+What the budget counts is the metric calls, and with ``cap_task_spend`` also the runs' task spend: every run,
+scored or not, adds the share of its calls it made anew (:attr:`.runs.Outcome.task_share`). A round that
+changed neither ran nothing the cap holds for; once a whole cluster schedule of rounds (every minimum cluster
+size) has passed that way, the run stops.
+
+Counting metric calls only, a round whose runs all took an earlier run's score (hints not followed, rewrites
+that changed no output) counts as idle although it called the task LM: such rounds end a run with budget left,
+and cost task-LM calls the cap never sees. With the task spend counted they are paid from the budget and are
+not idle, so the rule ends only a run whose rounds ran nothing anew (every later round would ask the same
+again); a run that spends without gain ends at its budget, as ``dspy.GEPA``'s does. The engine and the
+projection (:mod:`dspy_agentgrad.reporting.projection`) both decide with this object.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class IdleRounds:
+    """Counts the rounds in a row that took nothing from the budget; ``limit`` of them (the cluster schedule's
+    length) stop the run. ``task_spend``: whether the budget counts the task spend too."""
+
+    limit: int
+    task_spend: bool = False
+    count: int = 0
+
+    def stops_after(self, paid: bool) -> bool:
+        """Count a round that ``paid`` for something (or not); whether the run stops after it."""
+        self.count = 0 if paid else self.count + 1
+        return self.count >= self.limit
+
+    @property
+    def reason(self) -> str:
+        what = "a run made anew" if self.task_spend else "a metric call"
+        return f"stalled: {self.count} rounds without {what}"
