@@ -503,3 +503,23 @@ def test_an_argument_error_is_one_line_naming_the_option_and_exit_status_2(tmp_p
     monkeypatch.chdir(tmp_path)
     line = argument_error([a.format(tmp=tmp_path) for a in argv], capsys)  # nothing ran: no LM is configured
     assert f"argument {named}" in line
+
+
+def test_the_projection_validates_demonstrations_alone_as_the_engine_does():
+    """The engine stacks rewrites only: with demonstrations among the candidates every candidate is validated alone,
+    whatever ``validate_together`` says, and the projection plays the rounds the same way."""
+    sample = SampleStats(10, 0.6, hints_per_failure=1.0, reuse_rate=0.5)
+    run = RunShape(["extract", "notes", "answer"], {"extract", "notes", "answer"}, 30, 10, 300, 6)
+    for candidates in ("demos", "both"):
+        stacked, alone = (
+            project_calls(
+                RoundRules.of(AgentGradConfig.from_options(candidates=candidates, validate_together=flag)), run, sample
+            )
+            for flag in (True, False)
+        )
+        assert (stacked.metric_calls, stacked.rounds) == (alone.metric_calls, alone.rounds)
+    rewrites = [
+        project_calls(RoundRules.of(AgentGradConfig.from_options(validate_together=flag)), run, sample)
+        for flag in (True, False)
+    ]
+    assert rewrites[0].metric_calls != rewrites[1].metric_calls  # rewrites do share their windows' passes

@@ -34,7 +34,9 @@ class RoundRules:
     @classmethod
     def of(cls, config: AgentGradConfig) -> RoundRules:
         judging = config.judging
-        stack_rounds = judging.stack_rounds if judging.validate_together else None
+        # a stack holds rewrites only: where demonstrations are candidates too, each candidate is validated alone
+        stacks = judging.validate_together and config.proposals.candidates == "instructions"
+        stack_rounds = judging.stack_rounds if stacks else None
         return cls(tuple(config.abstraction.cluster_schedule), config.attribution.train_batch_size, stack_rounds)
 
     @property

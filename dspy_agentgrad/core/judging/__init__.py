@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ...config import AgentGradConfig
 from ..round_rules import RoundRules
 from .protocol import JudgingParts, RoundJudge
 from .sequential import SequentialJudge
@@ -20,11 +19,10 @@ if TYPE_CHECKING:  # the sources import the verdict writer from here
     from ..sources import Sources
 
 
-def judge_for(config: AgentGradConfig, rules: RoundRules, parts: JudgingParts, sources: Sources) -> RoundJudge:
-    """The stacked judge for rewrites alone when the rules group rounds in validation windows
-    (``validate_together``, windows of ``stack_rounds``), otherwise the paper's judge over every source."""
+def judge_for(rules: RoundRules, parts: JudgingParts, sources: Sources) -> RoundJudge:
+    """The stacked judge when the rules group rounds in validation windows (``validate_together`` with rewrites as
+    the only candidates, windows of ``stack_rounds``), otherwise the paper's judge over every source."""
     one_at_a_time = SequentialJudge(parts, sources.candidates)
-    rewrites_only = config.proposals.candidates == "instructions"  # the stack holds rewrites only
-    if rules.stack_rounds is not None and sources.rewrites is not None and rewrites_only:
+    if rules.stack_rounds is not None and sources.rewrites is not None:
         return StackedJudge(one_at_a_time, sources.rewrites, rules)
     return one_at_a_time
