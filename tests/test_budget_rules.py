@@ -58,6 +58,19 @@ def test_with_cap_task_spend_the_cap_holds_for_the_calls_runs_made_anew_too(thre
     assert "task spend" in result.stop_reason
 
 
+def test_with_cap_task_spend_nothing_runs_ahead_that_the_cap_would_not_count():
+    """Runs made ahead and never used would spend task-LM calls the task spend does not count: under the cap the run
+    calls the task LM exactly as often as without speculation, with the same result."""
+    ahead, (ahead_calls, _) = capped_run(4, max_metric_calls=60, cap_task_spend=True)
+    plain, (plain_calls, _) = capped_run(4, max_metric_calls=60, cap_task_spend=True, speculate=False)
+    assert ahead_calls == plain_calls
+    assert (ahead.best_val_score, ahead.metric_calls, ahead.task_spend) == (
+        plain.best_val_score,
+        plain.metric_calls,
+        plain.task_spend,
+    )
+
+
 @pytest.mark.parametrize("threads", [1, 4])
 def test_task_token_cap_holds(threads):
     _, (_, tokens) = capped_run(threads)

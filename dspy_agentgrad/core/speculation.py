@@ -41,9 +41,12 @@ Chain = tuple[dspy.Example, list[ProgramState]]
 
 def speculation_helps(config: AgentGradConfig, budget: Budget) -> bool:
     """Whether the run speculates: with ``speculate`` on, several threads (at one thread nothing runs beside
-    anything, and the work done ahead only adds task-LM calls) and no task-LM cap (runs made ahead spend task-LM
-    calls and tokens the procedure without speculation would not, and a cap binds in the order calls are made)."""
-    return config.execution.speculate and config.execution.num_threads > 1 and not budget.task_capped
+    anything, and the work done ahead only adds task-LM calls), no task-LM cap (runs made ahead spend task-LM
+    calls and tokens the procedure without speculation would not, and a cap binds in the order calls are made) and
+    no cap on the task spend (a run made ahead and never used is spend that count never sees)."""
+    execution = config.execution
+    capped = budget.task_capped or budget.cap_task_spend
+    return execution.speculate and execution.num_threads > 1 and not capped
 
 
 class Speculation:
