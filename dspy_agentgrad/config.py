@@ -102,23 +102,17 @@ class AgentGradConfig:
 
     def fingerprint(self) -> dict:
         """The options that change decisions (not threads, logging or stats), flat, with the two constants that
-        once were options at their values: what ``run.json`` and ``result.json`` record."""
+        once were options at their values: what ``run.json`` and ``result.json`` record. Every such option is
+        recorded; a ``log_dir`` of an earlier version that lacks some is upgraded when it is opened
+        (:mod:`.runtime.migration`)."""
         data = {k: v for k, v in self.options().items() if k not in UNRECORDED}
         data.update(RECORDED_CONSTANTS)
-        for key in ("run_timeout_s", "metric_timeout_s", "objective_guards"):  # as before they existed, when unset
-            if data[key] is None:
-                data.pop(key)
-        if self.proposals.candidates == "instructions":  # as before demonstrations existed: older runs still resume
-            data.pop("candidates")
-            data.pop("max_demos")
-        if not self.proposals.reflect_hard_cases:  # as before reflections existed: older runs still resume
-            data.pop("reflect_hard_cases")
         data["cluster_schedule"] = list(self.abstraction.cluster_schedule)
         if self.proposals.optimize_predictors is not None:
             data["optimize_predictors"] = list(self.proposals.optimize_predictors)
         label_fields = self.attribution.label_fields
         data["label_fields"] = None if label_fields is None else list(label_fields)
-        if "objective_guards" in data:
+        if data["objective_guards"] is not None:
             data["objective_guards"] = dict(data["objective_guards"])
         return data
 

@@ -195,7 +195,11 @@ def test_a_journal_that_is_a_link_is_refused_and_left_alone(tmp_path):
 def test_options_added_since_at_their_neutral_default_are_no_difference(tmp_path):
     first, _ = compile_once(tmp_path)
     run = json.loads((tmp_path / "run.json").read_text())
-    for option in ("max_task_calls", "max_task_tokens", "preset"):  # as a log_dir written before they existed
+    # every option is recorded, at its default too ...
+    assert {"candidates", "max_demos", "reflect_hard_cases", "run_timeout_s", "objective_guards"} <= set(run["options"])
+    # ... and a log_dir written before some existed (or when a run left out those at their default) lacks them
+    left_out = ("max_task_calls", "max_task_tokens", "preset", "candidates", "max_demos", "reflect_hard_cases")
+    for option in (*left_out, "run_timeout_s", "metric_timeout_s", "objective_guards"):
         run["options"].pop(option)
     (tmp_path / "run.json").write_text(json.dumps(run))
     again, calls = compile_once(tmp_path)
