@@ -13,8 +13,9 @@ import numpy as np
 _TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)])
 
 
-#: Highest logits checked against the grammar when the argmax is refused, before the whole vocabulary is: in the
-#: main job 72% of refused argmaxes had their answer among the top 3, the rest thousands of places down.
+#: Highest logits checked against the grammar when the argmax is refused, before the whole vocabulary is: on
+#: constrained DSPy calls of the default model, 72% of refused argmaxes had the token taken among the 16 highest
+#: (half among the 3 highest), the rest thousands of places down.
 TOP_CANDIDATES = 32
 
 
