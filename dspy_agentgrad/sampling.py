@@ -35,19 +35,15 @@ def measure_sample(
     attribution = engine.attribute(sample)
     seconds = time.time() - started
     report = attribution.report
-    failures = attribution.failures
-    runs, reused = budget.metric_calls, evaluator.reused
-    unfixed = runs + reused - len(sample) - sum(report.counts().values())  # hinted runs that fixed nothing
-    stats = SampleStats(
-        runs=runs,
-        failure_rate=failures / len(sample),
+    stats = SampleStats.of_attribution(
+        len(sample),
+        attribution.failures,
+        report.counts(),
+        budget.metric_calls,
+        evaluator.reused,
+        budget.task_spend,
         task_usage=dict(evaluator.ledger.to_dict()["task"]),
         seconds=seconds,
-        hints_per_failure=(runs - len(sample)) / failures if failures else None,
-        blame={name: n / failures for name, n in report.counts().items()} if failures else None,
-        reuse_rate=min(1.0, reused / unfixed) if unfixed > 0 else 0.0,
-        reused_hints=reused / failures if failures else 0.0,
-        rerun_share=_rerun_share(budget.task_spend - len(sample), runs + reused - len(sample)),
         examples=len(sample),
     )
     if config.proposals.candidates == "instructions" and any(report.attributed.values()):
@@ -55,11 +51,6 @@ def measure_sample(
     stats.paid_metric_calls = budget.metric_calls
     stats.paid_prompt_calls = evaluator.ledger.to_dict()["prompt"]["calls"]
     return stats
-
-
-def _rerun_share(spend: float, runs: int) -> float | None:
-    """The mean share of its calls a run with an earlier run to reuse made anew (``spend`` over ``runs``)."""
-    return float(spend) / runs if runs > 0 else None
 
 
 def _try_rewrites(

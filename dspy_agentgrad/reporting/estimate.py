@@ -200,21 +200,16 @@ class StartEstimate(AgentGradCallback):
     def on_attribution(self, event: AttributionDone) -> None:
         if event.round != 0 or self.first_round is None or self.sample is None or not event.failures:
             return
-        batch = len(event.report.passed) + event.failures
-        runs, reused = event.metric_calls - self.first_round[0], self.reused() - self.first_round[1]
-        charged = self.charged() - self.first_round[2]
-        fixed = sum(event.report.counts().values())
-        unfixed = runs + reused - batch - fixed
-        self.sample = SampleStats(
-            runs=runs,
-            failure_rate=event.failures / batch,
+        first_metric_calls, first_reused, first_charged = self.first_round
+        self.sample = SampleStats.of_attribution(
+            len(event.report.passed) + event.failures,
+            event.failures,
+            event.report.counts(),
+            event.metric_calls - first_metric_calls,
+            self.reused() - first_reused,
+            self.charged() - first_charged,
             task_usage=self.sample.task_usage,
             seconds=self.sample.seconds,
-            hints_per_failure=max(0.0, runs - batch) / event.failures,
-            blame={name: n / event.failures for name, n in event.report.counts().items()},
-            reuse_rate=min(1.0, reused / unfixed) if unfixed > 0 else 0.0,
-            reused_hints=reused / event.failures,
-            rerun_share=float(charged - batch) / (runs + reused - batch) if runs + reused > batch else None,
         )
 
     def _judged(self, event: CandidateJudged) -> None:

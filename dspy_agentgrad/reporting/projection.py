@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from ..core.idle_rounds import IdleRounds
 from ..core.round_rules import RoundRules
@@ -57,6 +58,26 @@ class SampleStats:
     rerun_share: float | None = None
     paid_metric_calls: int = 0  # what the sample paid, all of it
     paid_prompt_calls: int = 0
+
+    @classmethod
+    def of_attribution(
+        cls, batch: int, failures: int, blamed: dict[str, int], runs: int, reused: int, spend: float, **measured: Any
+    ) -> SampleStats:
+        """What attributing ``batch`` examples measured: ``failures`` of them failed, ``blamed`` on each predictor;
+        ``runs`` paid a metric call and ``reused`` took an earlier run's score, with ``spend`` the task spend of them
+        all. The estimate's sample and the first round of a run both measure it so."""
+        unfixed = runs + reused - batch - sum(blamed.values())  # hinted runs that fixed nothing
+        return cls(
+            runs=runs,
+            failure_rate=failures / batch,
+            hints_per_failure=max(0.0, runs - batch) / failures if failures else None,
+            blame={name: n / failures for name, n in blamed.items()} if failures else None,
+            reuse_rate=min(1.0, reused / unfixed) if unfixed > 0 else 0.0,
+            reused_hints=reused / failures if failures else 0.0,
+            # a run with an earlier run to reuse: the mean share of its calls it made anew
+            rerun_share=float(spend - batch) / (runs + reused - batch) if runs + reused > batch else None,
+            **measured,
+        )
 
     @property
     def win_rate(self) -> float | None:
