@@ -478,7 +478,7 @@ def test_grammar_first_sampler_equals_full_masking():
 
     import llama_cpp
 
-    from dspy_agentgrad.embedded_lm import LlamaCppEngine
+    from dspy_agentgrad.embedded_lm import LlamaCppEngine, grammar_first
 
     engine = LlamaCppEngine("smollm2-135m", n_threads=2)
     llama = engine.loaded().llama
@@ -497,6 +497,9 @@ def test_grammar_first_sampler_equals_full_masking():
             replies.append(out["choices"][0]["message"]["content"])
         return replies
 
+    def broken(*args, **kwargs):
+        raise RuntimeError("the shortcut fails")
+
     with engine.loaded().lock:
         fast = run()
         llama._init_sampler = functools.partial(llama_cpp.Llama._init_sampler, llama)
@@ -504,7 +507,10 @@ def test_grammar_first_sampler_equals_full_masking():
             full = run()
         finally:
             del llama._init_sampler
-    assert fast == full
+        with pytest.MonkeyPatch.context() as patch:  # a shortcut that fails masks the whole vocabulary, no crash
+            patch.setattr(grammar_first, "first_allowed", broken)
+            fallen_back = run()
+    assert fast == full == fallen_back
 
 
 # ---------------------------------------------------------------- demo task (two-step fact extraction)

@@ -29,6 +29,8 @@ def first_allowed(logits: np.ndarray, allowed: Callable[[np.ndarray], np.ndarray
     """
     size = logits.size
     k = min(top, size)
+    if k < 1:
+        return None
     idx = np.argpartition(logits, size - k)[size - k :]
     idx = idx[np.lexsort((idx, -logits[idx]))]  # highest first, ties in vocabulary order as greedy takes them
     kept = np.flatnonzero(allowed(idx))
@@ -61,7 +63,12 @@ class _GrammarFirst:
             raise ValueError("llama.cpp could not parse the output grammar")
 
         def apply(_smpl, cur_p):
-            self._apply(cur_p)
+            # ctypes prints and swallows an exception raised here, and llama.cpp would then accept a token the
+            # grammar refuses and abort the process: any failure of the shortcut masks the whole vocabulary
+            try:
+                self._apply(cur_p)
+            except Exception:
+                llama_cpp.llama_sampler_apply(self.grammar, cur_p)
 
         def accept(_smpl, token):
             llama_cpp.llama_sampler_accept(self.grammar, token)
