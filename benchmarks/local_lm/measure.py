@@ -68,10 +68,9 @@ def normalize(text: str) -> str:
 
 def speed(engine: LlamaCppEngine, prompt_tokens: int = 256, gen_tokens: int = 64) -> dict:
     """Raw llama.cpp prompt and greedy generation throughput (tokens/s), no grammar."""
-    llama = engine.loaded().llama
     text = " ".join(["The quick brown fox jumps over the lazy dog."] * 40)
-    tokens = llama.tokenize(text.encode())[:prompt_tokens]
-    with engine.loaded().lock:
+    with engine.loaded().use(None) as llama:
+        tokens = llama.tokenize(text.encode())[:prompt_tokens]
         llama.reset()
         start = time.perf_counter()
         llama.eval(tokens)

@@ -24,6 +24,7 @@ from ..arguments import ArgumentParser, at_least, fraction, new_or_folder
 from ..config import AgentGradConfig
 from ..core.events import AgentGradCallback, AttributionDone, ValidationScored
 from ..embedded_lm.grammar import OutputLimits
+from ..embedded_lm.threads import GOVERNOR
 from ..option_groups import VAL_ACCEPTANCE
 from ..program.hint_delivery import HINT_DELIVERIES
 from ..reporting.paired import PairedChange
@@ -54,7 +55,9 @@ class DemoSettings:
     fix_threshold: float | None = 0.15
     cluster_schedule: tuple[int, ...] = (1,)
     clustering: str = "tfidf"
-    num_threads: int = 1
+    # The embedded LM runs one generation per core at once (docs/embedded-lm.md, threads and contexts); program
+    # runs in as many threads keep every core busy. The results are the same for any value.
+    num_threads: int = GOVERNOR.most
     candidates: str = "demos"
     max_demos: int = 3
     # Six validation examples: one example moves the mean by up to 1/6, and on seed 0 (12 validation or 12
@@ -266,7 +269,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="speculative decoding with drafts from the reply format and the prompt (docs/embedded-lm.md)",
     )
     demo.add_argument("--seed", type=int, default=defaults.seed)
-    demo.add_argument("--threads", type=at_least(1), default=defaults.num_threads)
+    demo.add_argument(
+        "--threads", type=at_least(1), default=defaults.num_threads, help="program runs at once (default: cores, <= 4)"
+    )
     demo.add_argument("--out", type=new_or_folder, default=Path("runs/demo"), help="the folder to write into")
     return parser.parse_args(argv)
 

@@ -43,7 +43,7 @@ from .drafting import ReplyDraft
 from .grammar import GRAMMAR_VERSION, OutputLimits, OutputPlan, plan_for_messages
 from .loading import LoadedModel, load_model
 from .models import DEFAULT_MODEL, MODELS, model_path, require_installed
-from .threads import GOVERNOR
+from .threads import CORES, GOVERNOR
 
 __all__ = ["LlamaCppEngine", "local_lm"]
 
@@ -71,7 +71,9 @@ class LlamaCppEngine:
             ``llama_cpp.Llama`` keyword can be passed through ``llama_settings``.
             ``n_threads=None`` (default) chooses before each generation: every core
             (at most 4) while the rest of the machine is idle, half of them otherwise
-            (:mod:`.threads`); the count never changes the output.
+            (:mod:`.threads`), shared among the generations running at once (one per
+            core at most); a fixed count runs one generation at a time. The count
+            never changes the output.
         repeat_penalty: llama.cpp repeat penalty (1.0 = off: extractive answers
             must be free to copy words from the prompt).
         extra_buffers: let llama.cpp repack the weights into its extra CPU buffer
@@ -116,7 +118,7 @@ class LlamaCppEngine:
             n_ctx=n_ctx, n_threads=n_threads, n_batch=n_batch, seed=seed, **llama_settings
         )
         self._grammars: dict[str, Any] = {}
-        self._grammar_lock = threading.Lock()
+        self._lock = threading.Lock()  # grammars, counts
         self.calls = 0
         self.repaired = 0
 
@@ -154,13 +156,25 @@ class LlamaCppEngine:
         )
 
     def _grammar(self, gbnf: str) -> Any:
-        with self._grammar_lock:
+        with self._lock:
             grammar = self._grammars.get(gbnf)
             if grammar is None:
                 from llama_cpp import LlamaGrammar
 
                 grammar = self._grammars[gbnf] = LlamaGrammar.from_string(gbnf, verbose=False)
             return grammar
+
+    def at_once(self) -> int:
+        """How many generations may run at once: one per core (at most 4) while llama.cpp's thread count is
+        chosen per call, else one (a fixed ``n_threads`` is the count every generation runs with)."""
+        return GOVERNOR.most if self.load_settings["n_threads"] is None else 1
+
+    def _pace(self, llama: Any) -> None:
+        """Give the context its threads: the governor's choice for this generation, shared with the
+        generations beside it at every decode call (:class:`.threads.CoreShare`)."""
+        if self.load_settings["n_threads"] is None:
+            cores = GOVERNOR.choose()
+            llama.pacing = lambda context: CORES.decode(context, cores)
 
     def plan(self, system: str) -> OutputPlan | None:
         """The grammar plan for a request's system message (None: unconstrained)."""
@@ -195,11 +209,9 @@ class LlamaCppEngine:
         elif cfg.response_format:
             kwargs["response_format"] = dict(cfg.response_format)
         loaded = self.loaded()
-        with loaded.lock:  # a llama.cpp context serves one generation at a time
+        with loaded.use(system, self.at_once()) as llama, CORES.generation():
             try:
-                llama = loaded.context_for(system)
-                if self.load_settings["n_threads"] is None:
-                    GOVERNOR.apply(llama)
+                self._pace(llama)
                 if isinstance(getattr(llama, "draft_model", None), ReplyDraft):
                     llama.draft_model.begin(llama, plan)
                 out = llama.create_chat_completion(messages=messages, max_tokens=max_tokens, **kwargs)
@@ -207,6 +219,7 @@ class LlamaCppEngine:
                 if "context window" in str(exc):
                     raise ContextLengthError(str(exc), provider="local") from exc
                 raise
+        with self._lock:
             self.calls += 1
         choice = out["choices"][0]
         text = choice["message"]["content"] or ""
@@ -214,7 +227,7 @@ class LlamaCppEngine:
         if plan is not None and not plan.matches(text):
             text = plan.repair(text)  # closes a reply stopped where its rest is forced, or cut at max_tokens
             if finish == "length":
-                with self._grammar_lock:
+                with self._lock:
                     self.repaired += 1
         usage = out.get("usage") or {}
         return Response(

@@ -163,6 +163,14 @@ def llama_class() -> type:
             params.use_extra_bufts = self._use_extra_bufts
             self._model_params = params
 
+        def eval(self, tokens: Any) -> None:
+            # ``pacing`` (set by the engine) wraps every decode call, prompt batches and generated tokens alike
+            pacing = self.__dict__.get("pacing")
+            if pacing is None:
+                return super().eval(tokens)
+            with pacing(self):
+                return super().eval(tokens)
+
         def _init_sampler(self, *args: Any, **kwargs: Any):
             grammar = kwargs.get("grammar")
             if grammar is None or kwargs.get("temp", 0.8) != 0.0 or kwargs.get("logits_processor") is not None:

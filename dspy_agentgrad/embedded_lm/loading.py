@@ -4,44 +4,78 @@ contexts are shared by every engine that uses them."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from .drafting import ReplyDraft
 from .grammar_first import llama_class
 
 
+@dataclass
+class _Context:
+    llama: Any
+    prefix: str | None = None  # the system message of the prompt it last served (its KV cache starts with it)
+    busy: bool = False
+    last_used: int = 0
+
+
 class LoadedModel:
-    """One llama.cpp model, its contexts, and the lock that serializes their use.
+    """One llama.cpp model and its contexts, each serving one generation at a time.
 
     llama.cpp skips the part of a prompt that matches the start of the previous
     prompt *of the same context* (its KV cache). A multi-step DSPy program
     alternates system messages (one per predictor), so with one context every
-    call re-reads its whole prompt. Each distinct system message therefore gets
-    its own context, up to ``contexts`` (least recently used one reassigned);
-    a context costs one more load of the (memory-mapped) weights plus its KV cache.
+    call re-reads its whole prompt. A generation therefore takes a free context
+    that last served its system message, else a new one (up to ``contexts``),
+    else the least recently used free one; a context costs one more load of the
+    (memory-mapped) weights plus its KV cache. Generations on different contexts
+    run at once (``use(..., at_once=n)``): on a small CPU, two one-thread
+    generations side by side finish sooner than the same two one after the other
+    on two threads each, and a context's outputs never depend on what runs beside it.
     """
 
     def __init__(self, llama: Any, load_seconds: float, make: Callable[[], Any] | None = None, contexts: int = 1):
         self.llama = llama
-        self.lock = threading.Lock()
         self.load_seconds = load_seconds
         self._make = make
-        self._contexts = max(1, contexts) if make is not None else 1
-        self._by_prefix: dict[str, Any] = {}  # insertion order = least recently used first
+        self._limit = max(1, contexts) if make is not None else 1
+        self._contexts = [_Context(llama)]
+        self._changed = threading.Condition()
+        self._clock = 0
+        self._running = 0
 
-    def context_for(self, prefix: str) -> Any:
-        """The context that last served a prompt starting with ``prefix`` (call with ``lock`` held)."""
-        llama = self._by_prefix.pop(prefix, None)
-        if llama is None:
-            if not self._by_prefix:
-                llama = self.llama
-            elif len(self._by_prefix) < self._contexts:
-                llama = self._make()
-            else:
-                llama = self._by_prefix.pop(next(iter(self._by_prefix)))
-        self._by_prefix[prefix] = llama
-        return llama
+    @contextmanager
+    def use(self, prefix: str | None, at_once: int = 1) -> Iterator[Any]:
+        """A context for a prompt starting with ``prefix``, held for one generation; waits while ``at_once``
+        generations already run or no context is free."""
+        with self._changed:
+            context = self._changed.wait_for(lambda: self._free_context(prefix, at_once))
+            context.busy, context.prefix = True, prefix
+            self._running += 1
+        try:
+            yield context.llama
+        finally:
+            with self._changed:
+                self._clock += 1
+                context.busy, context.last_used = False, self._clock
+                self._running -= 1
+                self._changed.notify_all()
+
+    def _free_context(self, prefix: str | None, at_once: int) -> _Context | None:
+        if self._running >= max(1, at_once):
+            return None
+        free = [c for c in self._contexts if not c.busy]
+        for wanted in (prefix, None):  # its own system message first, then a context never used
+            for context in free:
+                if context.prefix == wanted:
+                    return context
+        if len(self._contexts) < self._limit:
+            assert self._make is not None
+            self._contexts.append(_Context(self._make()))
+            return self._contexts[-1]
+        return min(free, key=lambda c: c.last_used, default=None)
 
 
 _LOADED: dict[tuple, LoadedModel] = {}

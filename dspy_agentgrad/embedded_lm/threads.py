@@ -16,7 +16,8 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 #: Cores' worth of CPU the rest of the machine may use, on average since the last generation, for this process
@@ -79,14 +80,63 @@ class ThreadGovernor:
     def apply(self, llama: Any) -> int:
         """Set the chosen count on a loaded ``llama_cpp.Llama`` context (generation and prompt batches alike)."""
         n = self.choose()
-        context = getattr(getattr(llama, "_ctx", None), "ctx", None)  # None: not a llama.cpp context (a stand-in)
-        if context is not None and getattr(llama, "_agentgrad_threads", None) != n:
-            import llama_cpp
-
-            llama_cpp.llama_set_n_threads(context, n, n)
-            llama._agentgrad_threads = n
+        set_threads(llama, n)
         return n
+
+
+def set_threads(llama: Any, n: int) -> None:
+    """Give a loaded ``llama_cpp.Llama`` context ``n`` threads for its next decode calls."""
+    context = getattr(getattr(llama, "_ctx", None), "ctx", None)  # None: not a llama.cpp context (a stand-in)
+    if context is not None and getattr(llama, "_agentgrad_threads", None) != n:
+        import llama_cpp
+
+        llama_cpp.llama_set_n_threads(context, n, n)
+        llama._agentgrad_threads = n
+
+
+class CoreShare:
+    """Splits the cores among the generations that run at once, one decode call at a time.
+
+    Each decode takes ``cores // generations running`` threads, and waits until that many are not held by
+    another generation's decode: when a second generation starts while the first decodes on every core, the
+    first finishes its call on them and takes its share from its next call on, so the process never runs
+    more llama.cpp threads than cores (spin-waiting threads on a shared core cost ten times their work).
+    """
+
+    def __init__(self, cores: int):
+        self.cores = max(1, cores)
+        self.running = 0
+        self._held = 0
+        self._changed = threading.Condition()
+
+    @contextmanager
+    def generation(self) -> Iterator[None]:
+        """Count one generation as running for its whole length (prompt and every generated token)."""
+        with self._changed:
+            self.running += 1
+        try:
+            yield
+        finally:
+            with self._changed:
+                self.running -= 1
+
+    @contextmanager
+    def decode(self, llama: Any, cores: int) -> Iterator[int]:
+        """Hold ``cores // generations running`` threads (at least one) for one decode call on ``llama``."""
+        with self._changed:
+            n = max(1, min(cores, self.cores) // max(1, self.running))
+            self._changed.wait_for(lambda: self._held + n <= self.cores)
+            self._held += n
+        try:
+            set_threads(llama, n)
+            yield n
+        finally:
+            with self._changed:
+                self._held -= n
+                self._changed.notify_all()
 
 
 #: One per process: the machine's load is the same for every engine and context.
 GOVERNOR = ThreadGovernor()
+#: One per process: the cores are shared by every context of every loaded model.
+CORES = CoreShare(GOVERNOR.most)
