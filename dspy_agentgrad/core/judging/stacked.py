@@ -137,11 +137,12 @@ class StackedJudge:
             return
         self._provisional = None
         try:
-            self._validate_stack(stack)
+            pruned = self._validate_stack(stack)
         finally:
             judged.extend(item.record for item in stack.checked)
             if short is not None:
                 self._mark_cut_short(stack, "the budget ran out before the round's other clusters were checked")
+        judged.extend(pruned)
         if not all(winner.accepted for winner in stack.winners):
             self._stack_lost_at = parts.state.round_index
         if short is not None:
@@ -158,9 +159,10 @@ class StackedJudge:
         parts.budget.set_aside(0)
         parts.state.instructions = pending.validated
         affordable = parts.evaluator.cost(pending.program, parts.valset) <= parts.budget.remaining()
+        pruned: list[CandidateRecord] = []
         if validate and pending.winners and affordable:
             try:
-                self._validate_stack(pending)
+                pruned = self._validate_stack(pending)
             except (BudgetExhausted, StopRun) as stop:  # a cap or a callback: what was accepted before it stays
                 logger.info("the last stack's validation did not finish: %s", stop)
             if stopped:
@@ -168,7 +170,7 @@ class StackedJudge:
         last = parts.state.rounds[-1]
         last.best_val_score, last.metric_calls = parts.state.best_val_score, parts.budget.metric_calls
         try:
-            parts.verdicts.record(last, [item.record for item in pending.checked])
+            parts.verdicts.record(last, [item.record for item in pending.checked] + pruned)
         except StopRun:
             pass
 
@@ -191,8 +193,16 @@ class StackedJudge:
             return False
         return not self.rules.closes_window(round_index)
 
-    def _validate_stack(self, stack: Provisional) -> None:
-        """One validation pass for the stack's winners, on the validated program they build on.
+    def _validate_stack(self, stack: Provisional) -> list[CandidateRecord]:
+        """The stack's verdicts (:meth:`_judge_stack`), then the sentences its kept winners added pruned
+        (``prune_rewrites``); returns the removals judged, to be recorded."""
+        before = list(self.parts.state.best_val_scores)
+        self._judge_stack(stack, before)
+        return self.one_at_a_time.prune([item.record for item in stack.checked if item.record.accepted], before)
+
+    def _judge_stack(self, stack: Provisional, before: list[float]) -> None:
+        """One validation pass for the stack's winners, on the validated program they build on (which scored
+        ``before`` on validation).
 
         When it wins, a winner that costs more than it gives is left out (:meth:`_drop_harmful`); every check still
         stands where each kept winner is installed on the program it won its cluster on, and a loser whose check
@@ -203,7 +213,6 @@ class StackedJudge:
         parts = self.parts
         base, winners = stack.validated, stack.winners
         parts.state.instructions = base
-        before = list(parts.state.best_val_scores)
         start, last = parts.budget.metric_calls, winners[-1]
         together = parts.acceptance.validate(last, stack.program)
         last.metric_calls += parts.budget.metric_calls - start
