@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from fractions import Fraction
 
 from ...program.program_state import ProgramState
 from ..state import CandidateRecord
@@ -49,9 +50,10 @@ class RewritePruning:
     """Leaves out a sentence that a validation pass's winners added when the program does better without it.
 
     ``install`` makes a program the current one (the judge's own). Nothing is paid when the pass left no validation
-    example worse than before it; otherwise the leave-one-out programs run on those examples only, and only the one
-    that wins back most is judged on a full pass, by :meth:`~.acceptance.Acceptance.validate` (a removal must gain,
-    as a rewrite must). Repeated while a sentence can go.
+    example worse than before it; otherwise the leave-one-out programs run on those examples only, and the one that
+    wins back most, if it wins back more than any other, is judged on a full pass by
+    :meth:`~.acceptance.Acceptance.validate` (a removal must gain, as a rewrite must). Repeated while a sentence can
+    go.
     """
 
     parts: JudgingParts
@@ -67,10 +69,11 @@ class RewritePruning:
             trials = self._trials(winners, tried)
             if not trials:
                 return judged
-            suspect = acceptance.costliest_winner([(record, program) for record, program, _ in trials], before)
-            if suspect is None:
+            gains = acceptance.win_backs([program for _, program, _ in trials], before)
+            at = self._to_blame(gains)
+            if at is None:
                 return judged
-            _, program, sentence = next(trial for trial in trials if trial[0] is suspect)
+            suspect, program, sentence = trials[at]
             tried.add((suspect.predictor, sentence))
             verdicts.open(suspect)
             start = budget.metric_calls
@@ -82,6 +85,17 @@ class RewritePruning:
                 return judged
             verdicts.accept(suspect, "better on validation without a sentence its rewrite added")
             self.install(program)
+
+    @staticmethod
+    def _to_blame(gains: list[Fraction] | None) -> int | None:
+        """The trial whose absence wins back most on the examples made worse, if it wins back more than every other
+        absence does: where leaving out any sentence repairs as much (a task LM that samples fails on other
+        examples on every pass), no sentence is to blame."""
+        if not gains:
+            return None
+        order = sorted(range(len(gains)), key=lambda i: gains[i], reverse=True)
+        runner_up = gains[order[1]] if len(order) > 1 else Fraction(0)
+        return order[0] if gains[order[0]] > max(runner_up, Fraction(0)) else None
 
     def _trials(
         self, winners: list[CandidateRecord], tried: set[tuple[str, str]]
