@@ -59,32 +59,33 @@ class RewritePruning:
     parts: JudgingParts
     install: Callable[[ProgramState], None]
 
-    def prune(self, winners: list[CandidateRecord], before: list[float]) -> list[CandidateRecord]:
+    def prune(self, winners: list[CandidateRecord], before: list[float], judged: list[CandidateRecord]) -> None:
         """After ``winners`` were kept over a program that scored ``before`` on validation: leave out their harmful
-        sentences; returns the removals judged on a full pass (accepted or not), for the caller to record."""
+        sentences. Each removal judged on a full pass (kept or not) goes into ``judged`` once it has its verdict, for
+        the caller to record (the one being judged when the run stops is the verdict writer's unfinished one)."""
         acceptance, verdicts, budget = self.parts.acceptance, self.parts.verdicts, self.parts.budget
-        judged: list[CandidateRecord] = []
         tried: set[tuple[str, str]] = set()
         while True:
             trials = self._trials(winners, tried)
             if not trials:
-                return judged
+                return
             gains = acceptance.win_backs([program for _, program, _ in trials], before)
             at = self._to_blame(gains)
             if at is None:
-                return judged
+                return
             suspect, program, sentence = trials[at]
             tried.add((suspect.predictor, sentence))
             verdicts.open(suspect)
             start = budget.metric_calls
             kept = acceptance.validate(suspect, program)
             suspect.metric_calls = budget.metric_calls - start
+            if kept:
+                verdicts.accept(suspect, "better on validation without a sentence its rewrite added")
+                self.install(program)
             verdicts.close()
             judged.append(suspect)
             if not kept:
-                return judged
-            verdicts.accept(suspect, "better on validation without a sentence its rewrite added")
-            self.install(program)
+                return
 
     @staticmethod
     def _to_blame(gains: list[Fraction] | None) -> int | None:

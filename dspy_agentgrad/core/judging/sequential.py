@@ -32,7 +32,11 @@ class SequentialJudge:
                 candidate = self.update(source, cluster, minimum)
                 parts.verdicts.close()
                 parts.verdicts.record(round_record, [candidate])
-                parts.verdicts.record(round_record, self.prune([candidate], before))
+                pruned: list[CandidateRecord] = []
+                try:
+                    self.prune([candidate], before, pruned)
+                finally:
+                    parts.verdicts.record(round_record, pruned)
 
     def waiting(self) -> list[CandidateRecord]:
         return []
@@ -66,11 +70,12 @@ class SequentialJudge:
         if record.accepted:
             self.install(candidate)
 
-    def prune(self, winners: list[CandidateRecord], before: list[float]) -> list[CandidateRecord]:
+    def prune(self, winners: list[CandidateRecord], before: list[float], judged: list[CandidateRecord]) -> None:
         """With ``prune_rewrites``: leave out what ``winners`` added that validation does better without (see
-        :class:`RewritePruning`; ``before``: the validation scores of the program they were kept over); returns the
-        removals judged, to be recorded."""
-        return [] if self.pruning is None else self.pruning.prune(winners, before)
+        :class:`RewritePruning`; ``before``: the validation scores of the program they were kept over); the removals
+        judged go into ``judged``."""
+        if self.pruning is not None:
+            self.pruning.prune(winners, before, judged)
 
     def install(self, candidate: ProgramState) -> None:
         """An accepted candidate becomes the current program."""

@@ -136,13 +136,14 @@ class StackedJudge:
             parts.budget.set_aside(needed)  # its validation pass stays paid for
             return
         self._provisional = None
+        pruned: list[CandidateRecord] = []
         try:
-            pruned = self._validate_stack(stack)
+            self._validate_stack(stack, pruned)
         finally:
             judged.extend(item.record for item in stack.checked)
+            judged.extend(pruned)
             if short is not None:
                 self._mark_cut_short(stack, "the budget ran out before the round's other clusters were checked")
-        judged.extend(pruned)
         if not all(winner.accepted for winner in stack.winners):
             self._stack_lost_at = parts.state.round_index
         if short is not None:
@@ -162,7 +163,7 @@ class StackedJudge:
         pruned: list[CandidateRecord] = []
         if validate and pending.winners and affordable:
             try:
-                pruned = self._validate_stack(pending)
+                self._validate_stack(pending, pruned)
             except (BudgetExhausted, StopRun) as stop:  # a cap or a callback: what was accepted before it stays
                 logger.info("the last stack's validation did not finish: %s", stop)
             if stopped:
@@ -193,12 +194,12 @@ class StackedJudge:
             return False
         return not self.rules.closes_window(round_index)
 
-    def _validate_stack(self, stack: Provisional) -> list[CandidateRecord]:
+    def _validate_stack(self, stack: Provisional, pruned: list[CandidateRecord]) -> None:
         """The stack's verdicts (:meth:`_judge_stack`), then the sentences its kept winners added pruned
-        (``prune_rewrites``); returns the removals judged, to be recorded."""
+        (``prune_rewrites``); the removals judged go into ``pruned``, to be recorded."""
         before = list(self.parts.state.best_val_scores)
         self._judge_stack(stack, before)
-        return self.one_at_a_time.prune([item.record for item in stack.checked if item.record.accepted], before)
+        self.one_at_a_time.prune([item.record for item in stack.checked if item.record.accepted], before, pruned)
 
     def _judge_stack(self, stack: Provisional, before: list[float]) -> None:
         """One validation pass for the stack's winners, on the validated program they build on (which scored
