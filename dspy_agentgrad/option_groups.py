@@ -207,7 +207,7 @@ class JudgingOptions:
     validate_together: bool = True
     stack_rounds: int = 2
     objective_guards: dict[str, float] | None = None
-    prune_rewrites: bool = False
+    prune_rewrites: bool = True
 
     def __post_init__(self) -> None:
         if self.val_acceptance not in VAL_ACCEPTANCE:

@@ -4,7 +4,8 @@ A rewrite is kept for its net gain on validation, but an LM's rewrite often adds
 fix its cluster asked for, and beside it a rule of its own invention or a fix that also breaks other examples.
 The net gain keeps the harmful sentence too, and later rewrites build on it, so it would stay for the rest of the
 run. Where a validation pass that kept winners left examples worse than before it, each sentence the winners added
-is left out in turn, first on those examples only; the absence that wins back most is then judged on a full pass.
+is left out in turn, first on those examples only; an absence that wins back more than every other is then judged
+on a full pass.
 """
 
 from __future__ import annotations
