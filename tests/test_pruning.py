@@ -9,6 +9,7 @@ import dspy
 import pytest
 from world import Pipeline, World, agentgrad, feedback_metric, make_data, world_lm
 
+from dspy_agentgrad.config import AgentGradConfig, option_defaults
 from dspy_agentgrad.core.judging.pruning import added_sentences, sentences, without_sentence
 
 FAST = dict(progress=False, auto=None)
@@ -121,3 +122,10 @@ def test_a_regression_that_leaving_out_any_sentence_repairs_blames_none():
     assert plain.best_val_score == 0.8 and pruned.final_instructions == plain.final_instructions
     assert [c.reason for c in pruned.candidates] == [c.reason for c in plain.candidates]
     assert pruned.metric_calls == plain.metric_calls + 2 * 2  # each absence on the 2 examples made worse
+
+
+def test_on_by_default_off_in_the_paper_preset_and_for_runs_written_before_it():
+    # a log_dir written before the option existed behaved as off: resuming it must not start pruning
+    assert AgentGradConfig().judging.prune_rewrites
+    assert not AgentGradConfig.from_options(preset="paper").judging.prune_rewrites
+    assert option_defaults()["prune_rewrites"] is False
