@@ -122,7 +122,7 @@ GROUPS = tuple(f.name for f in fields(AgentGradConfig) if f.name != "preset")
 OPTION_GROUP = {f.name: g.name for g in fields(AgentGradConfig) if g.name in GROUPS for f in fields(g.default_factory)}
 #: Whole configs by name (an option passed explicitly wins). "paper": the paper's procedure, every run scored,
 #: one hint level and one candidate at a time, each candidate validated on its own, no cumulative hints, no
-#: reflections on hard cases, a large-medium-small cyclic minimum cluster size.
+#: reflections on hard cases, no pruning of kept rewrites, a large-medium-small cyclic minimum cluster size.
 PRESETS = {
     "paper": AgentGradConfig(preset="paper").with_options(
         reuse_calls=False,
@@ -132,14 +132,19 @@ PRESETS = {
         cumulative_hints=False,
         cluster_schedule=(3, 2, 1),
         reflect_hard_cases=False,
+        prune_rewrites=False,
     ),
 }
+
+
+#: Options on by default whose neutral value is off: a run written before the option existed behaved as off.
+BEHAVED_BEFORE = {"prune_rewrites": False}
 
 
 def option_defaults() -> dict:
     """Each option's neutral value, as the fingerprint writes it: an option a ``log_dir`` written before it existed
     does not record is no difference at this value."""
-    return to_jsonable({**AgentGradConfig().options(), **RECORDED_CONSTANTS})
+    return to_jsonable({**AgentGradConfig().options(), **BEHAVED_BEFORE, **RECORDED_CONSTANTS})
 
 
 def options_help() -> str:

@@ -199,12 +199,15 @@ class JudgingOptions:
     validate_together: a round's winners take one validation pass together; if the stack loses, each alone.
     stack_rounds: with validate_together: rounds grouped in windows of this many share one validation pass.
     objective_guards: objective name -> how far its validation mean may fall for a candidate to be kept.
+    prune_rewrites: where a validation pass that kept rewrites left examples worse, each sentence they added is
+        left out in turn, and goes if validation does better without it.
     """
 
     val_acceptance: str = "strict"
     validate_together: bool = True
     stack_rounds: int = 2
     objective_guards: dict[str, float] | None = None
+    prune_rewrites: bool = True
 
     def __post_init__(self) -> None:
         if self.val_acceptance not in VAL_ACCEPTANCE:

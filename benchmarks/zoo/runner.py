@@ -65,6 +65,7 @@ ABLATIONS = {
     "stop after 2 idle rounds": Variant("agentgrad", stop_after_idle_rounds=2),
     "task calls capped at budget x steps": Variant("agentgrad", task_calls_per_budget_call=1.0),
     "task spend capped": Variant("agentgrad", {"cap_task_spend": True}),
+    "prune_rewrites off": Variant("agentgrad", {"prune_rewrites": False}),
 }
 VARIANTS = {**MAIN, **ABLATIONS}
 

@@ -96,7 +96,16 @@ class RoundEngine:
         )
         self.attributor = Attributor(config, evaluator, hint_fn, self.speculation)
         self.sources = sources_for(config, self.rewriter, self.abstraction, state, self.verdicts, self.emit)
-        parts = JudgingParts(acceptance, self.verdicts, evaluator, budget, valset, state, self.starting.finish)
+        parts = JudgingParts(
+            acceptance,
+            self.verdicts,
+            evaluator,
+            budget,
+            valset,
+            state,
+            self.starting.finish,
+            config.judging.prune_rewrites,
+        )
         self.judge = judge_for(self.rules, parts, self.sources)
         self._attributed: ProgramState | None = None  # the program the last round's failures were measured on
         self._budget_cut: str | None = None  # where a cap bound inside a round without stopping the run

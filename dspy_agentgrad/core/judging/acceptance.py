@@ -192,21 +192,30 @@ class Acceptance:
         is scored on those examples only; the winner whose absence wins back most is returned. None when no
         validation example got worse, no absence wins anything back, or the budget cannot pay these runs and
         the full pass after them."""
+        gains = self.win_backs([program for _, program in left_out], before)
+        if gains is None:
+            return None
+        gain, winner = max(zip(gains, (record for record, _ in left_out)), key=lambda x: x[0])
+        return winner if gain > 0 else None
+
+    def win_backs(self, left_out: list[ProgramState], before: list[float]) -> list[Fraction] | None:
+        """What each program of ``left_out`` (the best program with one change left out) wins back over the best
+        program on the validation examples where the best scores below ``before``, scored on those examples only.
+        None, and nothing paid, when no example got worse or the budget cannot pay these runs and a full pass."""
         after = self.state.best_val_scores
         worse = [i for i, (old, new) in enumerate(zip(before, after)) if new < old]
         if not worse:
             return None
         examples = [self.valset[i] for i in worse]
-        needed = sum(self.evaluator.cost(program, examples) for _, program in left_out) + len(self.valset)
+        needed = sum(self.evaluator.cost(program, examples) for program in left_out) + len(self.valset)
         if needed > self.budget.remaining():
-            logger.info("round %d: no budget left to test the stack's winners one by one", self.state.round_index)
+            logger.info(
+                "round %d: no budget left to score the best program without each change", self.state.round_index
+            )
             return None
-        outcomes = self.evaluator.evaluate_many([(program, examples) for _, program in left_out], "validate")
-        stack_total = sum(Fraction(after[i]) for i in worse)
-        gain, winner = max(
-            ((exact_total(o) - stack_total, record) for o, (record, _) in zip(outcomes, left_out)), key=lambda x: x[0]
-        )
-        return winner if gain > 0 else None
+        outcomes = self.evaluator.evaluate_many([(program, examples) for program in left_out], "validate")
+        best_total = sum(Fraction(after[i]) for i in worse)
+        return [exact_total(o) - best_total for o in outcomes]
 
     def replaces_stack(self, record: CandidateRecord, without: ProgramState) -> bool:
         """Whether the accepted stack without one of its winners (``without``) does at least as well on validation,

@@ -23,7 +23,8 @@ from .verdicts import Verdicts
 @dataclass
 class JudgingParts:
     """What judging reads and changes: the checks, the one verdict writer and the run's state.
-    ``before_judging`` waits for the starting program's validation pass (the first check needs its scores)."""
+    ``before_judging`` waits for the starting program's validation pass (the first check needs its scores);
+    ``prune_rewrites``: sentences kept winners added are left out where validation does better without them."""
 
     acceptance: Acceptance
     verdicts: Verdicts
@@ -32,6 +33,7 @@ class JudgingParts:
     valset: list[dspy.Example]
     state: RunState
     before_judging: Callable[[], None]
+    prune_rewrites: bool = False
 
 
 class RoundJudge(Protocol):

@@ -6,6 +6,7 @@ from ...program.program_state import ProgramState
 from ..sources.base import CandidateSource
 from ..state import CandidateRecord, Cluster, RoundRecord
 from .protocol import JudgingParts
+from .pruning import RewritePruning
 
 
 class SequentialJudge:
@@ -15,6 +16,7 @@ class SequentialJudge:
     def __init__(self, parts: JudgingParts, sources: list[CandidateSource]):
         self.parts = parts
         self.sources = sources
+        self.pruning = RewritePruning(parts, self.install) if parts.prune_rewrites else None
 
     def validates_this_round(self) -> bool:
         return True
@@ -22,11 +24,19 @@ class SequentialJudge:
     def judge_round(
         self, ready: list[Cluster], minimum: int, round_record: RoundRecord, judged: list[CandidateRecord]
     ) -> None:
+        parts = self.parts
         for source in self.sources:
             for cluster in source.clusters(ready):
+                parts.before_judging()
+                before = list(parts.state.best_val_scores)
                 candidate = self.update(source, cluster, minimum)
-                self.parts.verdicts.close()
-                self.parts.verdicts.record(round_record, [candidate])
+                parts.verdicts.close()
+                parts.verdicts.record(round_record, [candidate])
+                pruned: list[CandidateRecord] = []
+                try:
+                    self.prune([candidate], before, pruned)
+                finally:
+                    parts.verdicts.record(round_record, pruned)
 
     def waiting(self) -> list[CandidateRecord]:
         return []
@@ -59,6 +69,13 @@ class SequentialJudge:
         record.metric_calls = budget.metric_calls - start
         if record.accepted:
             self.install(candidate)
+
+    def prune(self, winners: list[CandidateRecord], before: list[float], judged: list[CandidateRecord]) -> None:
+        """With ``prune_rewrites``: leave out what ``winners`` added that validation does better without (see
+        :class:`RewritePruning`; ``before``: the validation scores of the program they were kept over); the removals
+        judged go into ``judged``."""
+        if self.pruning is not None:
+            self.pruning.prune(winners, before, judged)
 
     def install(self, candidate: ProgramState) -> None:
         """An accepted candidate becomes the current program."""

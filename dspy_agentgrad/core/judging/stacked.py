@@ -136,10 +136,12 @@ class StackedJudge:
             parts.budget.set_aside(needed)  # its validation pass stays paid for
             return
         self._provisional = None
+        pruned: list[CandidateRecord] = []
         try:
-            self._validate_stack(stack)
+            self._validate_stack(stack, pruned)
         finally:
             judged.extend(item.record for item in stack.checked)
+            judged.extend(pruned)
             if short is not None:
                 self._mark_cut_short(stack, "the budget ran out before the round's other clusters were checked")
         if not all(winner.accepted for winner in stack.winners):
@@ -158,9 +160,10 @@ class StackedJudge:
         parts.budget.set_aside(0)
         parts.state.instructions = pending.validated
         affordable = parts.evaluator.cost(pending.program, parts.valset) <= parts.budget.remaining()
+        pruned: list[CandidateRecord] = []
         if validate and pending.winners and affordable:
             try:
-                self._validate_stack(pending)
+                self._validate_stack(pending, pruned)
             except (BudgetExhausted, StopRun) as stop:  # a cap or a callback: what was accepted before it stays
                 logger.info("the last stack's validation did not finish: %s", stop)
             if stopped:
@@ -168,7 +171,7 @@ class StackedJudge:
         last = parts.state.rounds[-1]
         last.best_val_score, last.metric_calls = parts.state.best_val_score, parts.budget.metric_calls
         try:
-            parts.verdicts.record(last, [item.record for item in pending.checked])
+            parts.verdicts.record(last, [item.record for item in pending.checked] + pruned)
         except StopRun:
             pass
 
@@ -191,8 +194,16 @@ class StackedJudge:
             return False
         return not self.rules.closes_window(round_index)
 
-    def _validate_stack(self, stack: Provisional) -> None:
-        """One validation pass for the stack's winners, on the validated program they build on.
+    def _validate_stack(self, stack: Provisional, pruned: list[CandidateRecord]) -> None:
+        """The stack's verdicts (:meth:`_judge_stack`), then the sentences its kept winners added pruned
+        (``prune_rewrites``); the removals judged go into ``pruned``, to be recorded."""
+        before = list(self.parts.state.best_val_scores)
+        self._judge_stack(stack, before)
+        self.one_at_a_time.prune([item.record for item in stack.checked if item.record.accepted], before, pruned)
+
+    def _judge_stack(self, stack: Provisional, before: list[float]) -> None:
+        """One validation pass for the stack's winners, on the validated program they build on (which scored
+        ``before`` on validation).
 
         When it wins, a winner that costs more than it gives is left out (:meth:`_drop_harmful`); every check still
         stands where each kept winner is installed on the program it won its cluster on, and a loser whose check
@@ -203,7 +214,6 @@ class StackedJudge:
         parts = self.parts
         base, winners = stack.validated, stack.winners
         parts.state.instructions = base
-        before = list(parts.state.best_val_scores)
         start, last = parts.budget.metric_calls, winners[-1]
         together = parts.acceptance.validate(last, stack.program)
         last.metric_calls += parts.budget.metric_calls - start
