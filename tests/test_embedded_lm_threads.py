@@ -56,13 +56,19 @@ def test_the_count_is_set_on_the_context_only_when_it_changes(monkeypatch):
     machine = Machine()
     chosen = governor(machine, monkeypatch=monkeypatch)
     llama = types.SimpleNamespace(_ctx=types.SimpleNamespace(ctx="ctx"))
-    assert chosen.apply(llama) == 2 and calls == [("ctx", 2, 2)]
+
+    def apply(context) -> int:
+        n = chosen.choose()
+        threads.set_threads(context, n)
+        return n
+
+    assert apply(llama) == 2 and calls == [("ctx", 2, 2)]
     machine.run(1, own_cores=2, other_cores=0)
-    chosen.apply(llama)
+    apply(llama)
     assert calls == [("ctx", 2, 2)]
     machine.run(1, own_cores=1, other_cores=1)
-    assert chosen.apply(llama) == 1 and calls[-1] == ("ctx", 1, 1)
-    chosen.apply(types.SimpleNamespace())  # a stand-in without a llama.cpp context is left alone
+    assert apply(llama) == 1 and calls[-1] == ("ctx", 1, 1)
+    apply(types.SimpleNamespace())  # a stand-in without a llama.cpp context is left alone
     assert len(calls) == 2
 
 

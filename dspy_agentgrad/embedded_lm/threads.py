@@ -77,12 +77,6 @@ class ThreadGovernor:
         others = (machine - last[1] - (own - last[2])) / (now - last[0])
         return self.most if others < IDLE_OTHERS else self.fewest
 
-    def apply(self, llama: Any) -> int:
-        """Set the chosen count on a loaded ``llama_cpp.Llama`` context (generation and prompt batches alike)."""
-        n = self.choose()
-        set_threads(llama, n)
-        return n
-
 
 def set_threads(llama: Any, n: int) -> None:
     """Give a loaded ``llama_cpp.Llama`` context ``n`` threads for its next decode calls."""
