@@ -62,7 +62,12 @@ class Attributor:
         self._instructions = ProgramState({})  # the program of the current call, which hinted runs run
 
     def attribute(
-        self, instructions: ProgramState, examples: list[dspy.Example], round_index: int, phase: str = "evaluate"
+        self,
+        instructions: ProgramState,
+        examples: list[dspy.Example],
+        round_index: int,
+        phase: str = "evaluate",
+        cumulative_for: set[int] | None = None,
     ) -> Attribution:
         """Failure set and sequential intervention in reverse execution order.
 
@@ -114,12 +119,16 @@ class Attributor:
             unresolved.remove(index)
         single = len(outcomes) - len(passed) - len(unresolved)
         cumulative_pass, budget_stop = CumulativePass(self, examples, outcomes), None
-        if self.config.attribution.cumulative_hints and unresolved:
+        mode = self.config.attribution.cumulative_hints
+        eligible = [i for i in unresolved if mode is True or (mode == "revisits" and i in (cumulative_for or ()))]
+        tried = set(eligible)
+        if mode and eligible:
             try:
-                cumulative_pass.run(unresolved, order, attributed)
+                cumulative_pass.run(eligible, order, attributed)
             except BudgetExhausted as stop:  # what it explained before the stop stays explained
                 logger.info("cumulative intervention stopped early: %s", stop)
-                budget_stop = f"{stop}; {len(unresolved)} failure(s) left unexplained"
+                budget_stop = f"{stop}; {len(eligible)} failure(s) left unexplained"
+            unresolved = [i for i in unresolved if i not in tried or i in eligible]
         cumulative = len(outcomes) - len(passed) - len(unresolved) - single
         report = AttributionReport(
             order,

@@ -186,10 +186,14 @@ class RoundEngine:
         r = self.state.round_index
         self.speculation.start_round()
         minimum = self.rules.minimum(r)
-        batch = [self.trainset[i] for i in self.sampler.next()]
+        indices = self.sampler.next()
+        batch = [self.trainset[i] for i in indices]
+        revisits = {pos for pos, i in enumerate(indices) if self.sampler.visits[i] > 1}
         self.emit("on_round_start", RoundStart(r, minimum, len(batch), self.budget.metric_calls))
         self._attributed = self.state.instructions
-        attribution = self.attribute(batch)
+        attribution = self.attributor.attribute(
+            self.state.instructions, batch, self.state.round_index, cumulative_for=revisits
+        )
         report = attribution.report
         if attribution.budget_stop is not None:
             self._budget_cut = f"a cap ended round {r}'s cumulative intervention early ({attribution.budget_stop})"
