@@ -19,6 +19,7 @@ DEFAULT_TRAIN_BATCH = 16
 CLUSTERINGS = ("lm", "tfidf", "embedding")
 VAL_ACCEPTANCE = ("strict", "non_decreasing", "robust")
 CANDIDATE_KINDS = ("instructions", "demos", "both")
+CUMULATIVE_HINTS = (True, False, "revisits")
 
 
 def auto_budget(auto: str, n_predictors: int, n_val: int) -> int:
@@ -140,7 +141,9 @@ class AttributionOptions:
         round-robin, for every failure.
     leak_check: a hinted fix that copies a revealed label its inputs do not contain counts only as a fallback.
     label_fields: the example fields the default hint reveals; None: the labels the program outputs.
-    cumulative_hints: failures no single hint fixes get cumulative hints.
+    cumulative_hints: failures no single hint fixes get cumulative hints: "revisits", only when their example
+        comes back in a later batch (the first time, the round's single-hint fixes may be what resolves them);
+        True, every time; False, never.
     hint_delivery: how a hint reaches the hinted predictor: "input_field", "instruction" or "demo".
     """
 
@@ -148,7 +151,7 @@ class AttributionOptions:
     target_identification: bool = True
     leak_check: bool = True
     label_fields: tuple[str, ...] | None = None
-    cumulative_hints: bool = True
+    cumulative_hints: bool | str = "revisits"
     hint_delivery: str = "input_field"
 
     def __post_init__(self) -> None:
@@ -157,6 +160,8 @@ class AttributionOptions:
             object.__setattr__(self, "label_fields", tuple(self.label_fields))
             if not all(isinstance(f, str) for f in self.label_fields):
                 raise ValueError(f"label_fields must be a sequence of field names or None; got {self.label_fields!r}")
+        if self.cumulative_hints not in CUMULATIVE_HINTS:
+            raise ValueError(f"cumulative_hints must be True, False or 'revisits'; got {self.cumulative_hints!r}")
         if self.hint_delivery not in HINT_DELIVERIES:
             raise ValueError(f"hint_delivery must be one of {HINT_DELIVERIES}; got {self.hint_delivery!r}")
 

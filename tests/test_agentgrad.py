@@ -108,6 +108,25 @@ def test_cumulative_hints_explain_a_failure_that_needs_two_fixes(world):
     assert "document id0" in notes.inputs["passages"]
 
 
+def test_by_default_cumulative_hints_wait_for_the_failures_example_to_come_back(world):
+    train = make_data({"extract+notes": 2, "extract": 1})
+    val = make_data({"none": 2}, start=50)  # already solved: no rewrite wins, so round 1 runs round 0's program
+    options = dict(max_rounds=2, cluster_schedule=(1,), stack_rounds=1)
+    rounds = optimizer(**options).compile(Pipeline(), trainset=train, valset=val).detailed_results.rounds
+    # the whole training set is each round's batch: round 0 is every example's first, round 1 its second
+    seen = [(r.explained_single, r.explained_cumulative, r.cumulative_deferred, r.hard_cases) for r in rounds]
+    assert seen == [(1, 0, 2, 2), (1, 2, 0, 0)]
+    every = optimizer(cumulative_hints=True, **options).compile(Pipeline(), trainset=train, valset=val)
+    assert [(r.explained_cumulative, r.cumulative_deferred) for r in every.detailed_results.rounds[:1]] == [(2, 0)]
+    # a run that ends before any example comes back says why its double faults stayed hard cases
+    lone = optimizer(max_rounds=1, reflect_hard_cases=False).compile(
+        Pipeline(), trainset=make_data({"extract+notes": 2}), valset=val
+    )
+    assert "2 waited for cumulative hints until their example came back" in lone.detailed_results.why_unchanged()
+    with pytest.raises(ValueError, match="cumulative_hints must be True, False or 'revisits'"):
+        AgentGradConfig.from_options(cumulative_hints="sometimes")
+
+
 def test_fix_threshold_lets_a_partial_fix_count_for_graded_metrics(world):
     examples = make_data({"extract+notes": 2})
     strict = optimizer(partial_metric, cumulative_hints=False).attribute(Pipeline(), examples)

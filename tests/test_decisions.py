@@ -56,7 +56,7 @@ def test_a_winner_that_won_its_cluster_only_on_a_rejected_winner_is_judged_again
     # cluster stays at 0 (its validation gain, from the notes example, must not carry it in).
     train = make_data({"extract": 2, "extract+notes": 2})
     val = make_data({"none": 6, "extract": 1, "extract+notes": 1, "notes": 1}, start=50)
-    options = dict(max_rounds=1, cluster_schedule=(1,), stack_rounds=1, reflect_hard_cases=False)
+    options = dict(max_rounds=1, cluster_schedule=(1,), stack_rounds=1, reflect_hard_cases=False, cumulative_hints=True)
     alone = run(World(overfit=("extract",)), train, val, validate_together=False, **options).detailed_results
     together = run(World(overfit=("extract",)), train, val, validate_together=True, **options).detailed_results
     assert verdicts(together) == verdicts(alone)

@@ -250,7 +250,9 @@ def test_a_budget_stop_inside_the_cumulative_pass_keeps_the_count_of_what_it_exp
         result = AgentGrad(
             feedback_metric,
             max_metric_calls=cap,
-            config=AgentGradConfig.from_options(max_rounds=1, cluster_schedule=(1,), train_batch_size=8, **FAST),
+            config=AgentGradConfig.from_options(
+                max_rounds=1, cluster_schedule=(1,), train_batch_size=8, cumulative_hints=True, **FAST
+            ),
         ).compile(Pipeline(), trainset=train, valset=make_data({"none": 2}, start=50))
         for r in result.detailed_results.rounds:
             assert r.failures == r.explained_single + r.explained_cumulative + r.hard_cases, f"cap {cap}"
@@ -282,7 +284,7 @@ def test_the_cumulative_pass_does_not_take_a_fix_that_copies_a_revealed_label():
     AgentGrad(
         feedback_metric,
         callbacks=[Keep()],
-        config=AgentGradConfig.from_options(max_rounds=1, cluster_schedule=(1,), **FAST),
+        config=AgentGradConfig.from_options(max_rounds=1, cluster_schedule=(1,), cumulative_hints=True, **FAST),
     ).compile(Pipeline(), trainset=train, valset=make_data({"none": 1}, start=50))
     assert records == {"extract": 3, "notes": 0, "answer": 3}
 

@@ -66,6 +66,8 @@ ABLATIONS = {
     "task calls capped at budget x steps": Variant("agentgrad", task_calls_per_budget_call=1.0),
     "task spend capped": Variant("agentgrad", {"cap_task_spend": True}),
     "prune_rewrites off": Variant("agentgrad", {"prune_rewrites": False}),
+    "cumulative_hints=True": Variant("agentgrad", {"cumulative_hints": True}),
+    "cumulative_hints off + stack_rounds=1": Variant("agentgrad", {"cumulative_hints": False, "stack_rounds": 1}),
 }
 VARIANTS = {**MAIN, **ABLATIONS}
 

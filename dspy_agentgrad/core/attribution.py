@@ -62,14 +62,20 @@ class Attributor:
         self._instructions = ProgramState({})  # the program of the current call, which hinted runs run
 
     def attribute(
-        self, instructions: ProgramState, examples: list[dspy.Example], round_index: int, phase: str = "evaluate"
+        self,
+        instructions: ProgramState,
+        examples: list[dspy.Example],
+        round_index: int,
+        phase: str = "evaluate",
+        revisits: set[int] | None = None,
     ) -> Attribution:
         """Failure set and sequential intervention in reverse execution order.
 
         A failure goes to the latest predictor whose hint fixes it without copying a revealed
         label into its answer. A leaking fix is kept as a fallback, attributed only when no
         earlier predictor fixes the failure. Failures no single hint fixes get cumulative
-        hints (when ``cumulative_hints`` is on).
+        hints (``cumulative_hints``; with "revisits", only those at the positions ``revisits`` names, of examples
+        an earlier batch held; None: all, as for a lone attribution).
 
         The levels are resolved one after the other, as the paper does. Once the first level's
         hinted runs are in, the runs every later level may need are named to the lookahead, with
@@ -114,12 +120,17 @@ class Attributor:
             unresolved.remove(index)
         single = len(outcomes) - len(passed) - len(unresolved)
         cumulative_pass, budget_stop = CumulativePass(self, examples, outcomes), None
-        if self.config.attribution.cumulative_hints and unresolved:
+        eligible = self._cumulative_failures(unresolved, revisits)
+        tried, deferred = set(eligible), 0
+        if self.config.attribution.cumulative_hints == "revisits":
+            deferred = len(unresolved) - len(eligible)
+        if eligible:
             try:
-                cumulative_pass.run(unresolved, order, attributed)
+                cumulative_pass.run(eligible, order, attributed)  # removes what it explains from ``eligible``
             except BudgetExhausted as stop:  # what it explained before the stop stays explained
                 logger.info("cumulative intervention stopped early: %s", stop)
-                budget_stop = f"{stop}; {len(unresolved)} failure(s) left unexplained"
+                budget_stop = f"{stop}; {len(eligible)} failure(s) left unexplained"
+            unresolved = [i for i in unresolved if i not in tried or i in eligible]
         cumulative = len(outcomes) - len(passed) - len(unresolved) - single
         report = AttributionReport(
             order,
@@ -131,8 +142,19 @@ class Attributor:
             explained_cumulative=cumulative,
             replay_misses=sum(o.replay_misses for o in outcomes),
             placebo_withheld=cumulative_pass.placebo_withheld,
+            cumulative_deferred=deferred,
         )
         return Attribution(report, outcomes, budget_stop)
+
+    def _cumulative_failures(self, unresolved: list[int], revisits: set[int] | None) -> list[int]:
+        """The failures no single hint fixed that get cumulative hints now. With "revisits", a failure whose example
+        is in its first batch waits for the example's next one: at the start of a run most failures have several
+        faults, and the single-hint fixes of the same round often resolve them, so the pass would pay for hinted
+        runs whose lesson the next rewrite teaches anyway."""
+        mode = self.config.attribution.cumulative_hints
+        if mode == "revisits":
+            return [i for i in unresolved if revisits is None or i in revisits]
+        return list(unresolved) if mode else []
 
     def hinted(
         self,

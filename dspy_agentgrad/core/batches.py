@@ -11,6 +11,7 @@ class BatchSampler:
     def __init__(self, size: int, batch_size: int, rng: random.Random):
         self.size, self.batch_size, self.rng = size, min(batch_size, size), rng
         self.queue: list[int] = []
+        self.visits: dict[int, int] = {}  # how many batches each example was in
 
     def next(self) -> list[int]:
         """The next training batch: every example once per epoch before any repeats.
@@ -26,4 +27,10 @@ class BatchSampler:
             index = next(i for i in self.queue if i not in batch)  # exists: a batch is never larger than an epoch
             self.queue.remove(index)
             batch.append(index)
+        for index in batch:
+            self.visits[index] = self.visits.get(index, 0) + 1
         return batch
+
+    def revisited(self, batch: list[int]) -> set[int]:
+        """The positions in ``batch`` (the last :meth:`next`) of examples an earlier batch held too."""
+        return {position for position, index in enumerate(batch) if self.visits[index] > 1}

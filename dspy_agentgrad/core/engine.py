@@ -110,9 +110,11 @@ class RoundEngine:
         self._attributed: ProgramState | None = None  # the program the last round's failures were measured on
         self._budget_cut: str | None = None  # where a cap bound inside a round without stopping the run
 
-    def attribute(self, examples: list[dspy.Example], phase: str = "evaluate") -> Attribution:
+    def attribute(
+        self, examples: list[dspy.Example], phase: str = "evaluate", revisits: set[int] | None = None
+    ) -> Attribution:
         """Steps 1-2 for the current program: failure set and sequential intervention (see :class:`Attributor`)."""
-        return self.attributor.attribute(self.state.instructions, examples, self.state.round_index, phase)
+        return self.attributor.attribute(self.state.instructions, examples, self.state.round_index, phase, revisits)
 
     # ---- the loop -----------------------------------------------------------------------------
     def run(self, max_rounds: int | None, resumed: bool = False) -> str:
@@ -186,10 +188,11 @@ class RoundEngine:
         r = self.state.round_index
         self.speculation.start_round()
         minimum = self.rules.minimum(r)
-        batch = [self.trainset[i] for i in self.sampler.next()]
+        indices = self.sampler.next()
+        batch = [self.trainset[i] for i in indices]
         self.emit("on_round_start", RoundStart(r, minimum, len(batch), self.budget.metric_calls))
         self._attributed = self.state.instructions
-        attribution = self.attribute(batch)
+        attribution = self.attribute(batch, revisits=self.sampler.revisited(indices))
         report = attribution.report
         if attribution.budget_stop is not None:
             self._budget_cut = f"a cap ended round {r}'s cumulative intervention early ({attribution.budget_stop})"
@@ -223,6 +226,7 @@ class RoundEngine:
             explained_single=report.explained_single,
             explained_cumulative=report.explained_cumulative,
             placebo_withheld=report.placebo_withheld,
+            cumulative_deferred=report.cumulative_deferred,
             reflected=len(reflected),
         )
         self.state.rounds.append(record)

@@ -95,6 +95,7 @@ class AttributionReport:
     explained_cumulative: int = 0
     replay_misses: int = 0
     placebo_withheld: int = 0  # hints of cumulative fixes that a placebo replaced as well: no pseudo-label
+    cumulative_deferred: int = 0  # hard cases left for their example's next batch (cumulative_hints="revisits")
 
     def counts(self) -> dict[str, int]:
         """Failures attributed to each predictor: what the round's log line and events show."""
@@ -128,6 +129,7 @@ class AttributionReport:
             "explained_cumulative": self.explained_cumulative,
             "replay_misses": self.replay_misses,
             "withheld_by_placebo": self.placebo_withheld,
+            "cumulative_deferred": self.cumulative_deferred,
         }
 
 
@@ -177,6 +179,7 @@ class RoundRecord:
     explained_cumulative: int = 0
     placebo_withheld: int = 0
     reflected: int = 0  # gradients from reflections on hard cases (``reflect_hard_cases``)
+    cumulative_deferred: int = 0  # hard cases whose cumulative hints wait for their example's next batch
     stacked: list[str] = field(default_factory=list)  # winners' predictors left unvalidated for the next round's
 
 

@@ -93,12 +93,15 @@ class RunLog(AgentGradCallback):
             logger.info("round %d: 0/%d failed", event.round, self.batch_size)
             return
         logger.info(
-            "round %d: %d/%d failed; blamed: %s; %d hard case(s)%s",
+            "round %d: %d/%d failed; blamed: %s; %d hard case(s)%s%s",
             event.round,
             event.failures,
             self.batch_size,
             _blame(report.counts()),
             len(report.hard_cases),
+            f" ({report.cumulative_deferred} get cumulative hints when their example comes back)"
+            if report.cumulative_deferred
+            else "",
             f"; {report.leaked} label leak(s) refused" if report.leaked else "",
         )
 

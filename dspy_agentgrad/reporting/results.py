@@ -92,9 +92,16 @@ def why_unchanged(rounds: list[dict], candidates: list[dict], stop_reason: str) 
         return "no training example failed, so there was nothing to learn from."
     attributed = sum(sum(r["attributed"].values()) for r in rounds)
     reflected = sum(r.get("reflected", 0) for r in rounds)
+    deferred = sum(r.get("cumulative_deferred", 0) for r in rounds)
+    waited = (
+        f" ({deferred} waited for cumulative hints until their example came back in a later batch, as "
+        'cumulative_hints="revisits" does: more rounds, or cumulative_hints=True, try them at once)'
+        if deferred
+        else ""
+    )
     hard = (
         f"none of the {failures} failures could be attributed: no hinted re-run (single or cumulative) "
-        "reached the fix threshold, so every failure was a hard case. Check that the hints tell a "
+        f"reached the fix threshold{waited}, so every failure was a hard case. Check that the hints tell a "
         "predictor what a correct run needs, that the task LM follows them (a small model that ignores "
         'advice may copy a worked example: a hint_fn returning the output itself, with hint_delivery="demo"), '
         "or lower fix_threshold for a graded metric."
