@@ -120,17 +120,16 @@ class Attributor:
             unresolved.remove(index)
         single = len(outcomes) - len(passed) - len(unresolved)
         cumulative_pass, budget_stop = CumulativePass(self, examples, outcomes), None
-        eligible = self._cumulative_failures(unresolved, revisits)
-        tried, deferred = set(eligible), 0
-        if self.config.attribution.cumulative_hints == "revisits":
-            deferred = len(unresolved) - len(eligible)
-        if eligible:
+        now, later = self._cumulative_failures(unresolved, revisits)
+        if now:
+            left = list(now)  # the pass removes what it explains
             try:
-                cumulative_pass.run(eligible, order, attributed)  # removes what it explains from ``eligible``
+                cumulative_pass.run(left, order, attributed)
             except BudgetExhausted as stop:  # what it explained before the stop stays explained
                 logger.info("cumulative intervention stopped early: %s", stop)
-                budget_stop = f"{stop}; {len(eligible)} failure(s) left unexplained"
-            unresolved = [i for i in unresolved if i not in tried or i in eligible]
+                budget_stop = f"{stop}; {len(left)} failure(s) left unexplained"
+            explained = set(now) - set(left)
+            unresolved = [i for i in unresolved if i not in explained]
         cumulative = len(outcomes) - len(passed) - len(unresolved) - single
         report = AttributionReport(
             order,
@@ -142,19 +141,20 @@ class Attributor:
             explained_cumulative=cumulative,
             replay_misses=sum(o.replay_misses for o in outcomes),
             placebo_withheld=cumulative_pass.placebo_withheld,
-            cumulative_deferred=deferred,
+            cumulative_deferred=len(later),
         )
         return Attribution(report, outcomes, budget_stop)
 
-    def _cumulative_failures(self, unresolved: list[int], revisits: set[int] | None) -> list[int]:
-        """The failures no single hint fixed that get cumulative hints now. With "revisits", a failure whose example
-        is in its first batch waits for the example's next one: at the start of a run most failures have several
-        faults, and the single-hint fixes of the same round often resolve them, so the pass would pay for hinted
-        runs whose lesson the next rewrite teaches anyway."""
+    def _cumulative_failures(self, unresolved: list[int], revisits: set[int] | None) -> tuple[list[int], list[int]]:
+        """The failures no single hint fixed that get cumulative hints now, and those that wait for their example's
+        next batch. With "revisits", a failure whose example is in its first batch waits: at the start of a run most
+        failures have several faults, and the single-hint fixes of the same round often resolve them, so the pass
+        would pay for hinted runs whose lesson the next rewrite teaches anyway."""
         mode = self.config.attribution.cumulative_hints
-        if mode == "revisits":
-            return [i for i in unresolved if revisits is None or i in revisits]
-        return list(unresolved) if mode else []
+        if mode != "revisits":
+            return (list(unresolved) if mode else []), []
+        now = [i for i in unresolved if revisits is None or i in revisits]
+        return now, [i for i in unresolved if i not in now]
 
     def hinted(
         self,
