@@ -142,8 +142,8 @@ class AttributionOptions:
     leak_check: a hinted fix that copies a revealed label its inputs do not contain counts only as a fallback.
     label_fields: the example fields the default hint reveals; None: the labels the program outputs.
     cumulative_hints: failures no single hint fixes get cumulative hints: "revisits", only when their example
-        comes back in a later batch (the first time, the round's single-hint fixes may be what resolves them);
-        True, every time; False, never.
+        comes back in a later batch or in the last round ``max_rounds`` allows (the first time, the round's
+        single-hint fixes may be what resolves them); True, every time; False, never.
     hint_delivery: how a hint reaches the hinted predictor: "input_field", "instruction" or "demo".
     """
 

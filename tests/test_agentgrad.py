@@ -118,11 +118,14 @@ def test_by_default_cumulative_hints_wait_for_the_failures_example_to_come_back(
     assert seen == [(1, 0, 2, 2), (1, 2, 0, 0)]
     every = optimizer(cumulative_hints=True, **options).compile(Pipeline(), trainset=train, valset=val)
     assert [(r.explained_cumulative, r.cumulative_deferred) for r in every.detailed_results.rounds[:1]] == [(2, 0)]
-    # a run that ends before any example comes back says why its double faults stayed hard cases
-    lone = optimizer(max_rounds=1, reflect_hard_cases=False).compile(
+    # no example comes back after the last round max_rounds allows: its failures get the pass at once
+    last = optimizer(max_rounds=1, cluster_schedule=(1,)).compile(Pipeline(), trainset=train, valset=val)
+    assert [(r.explained_cumulative, r.cumulative_deferred) for r in last.detailed_results.rounds] == [(2, 0)]
+    # a budget that ends the run before its example comes back: the result says why the double fault stayed a hard case
+    lone = optimizer(max_rounds=None, reflect_hard_cases=False, train_batch_size=1, max_metric_calls=4).compile(
         Pipeline(), trainset=make_data({"extract+notes": 2}), valset=val
     )
-    assert "2 waited for cumulative hints until their example came back" in lone.detailed_results.why_unchanged()
+    assert "1 waited for cumulative hints until their example came back" in lone.detailed_results.why_unchanged()
     with pytest.raises(ValueError, match="cumulative_hints must be True, False or 'revisits'"):
         AgentGradConfig.from_options(cumulative_hints="sometimes")
 

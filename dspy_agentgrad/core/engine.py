@@ -109,6 +109,7 @@ class RoundEngine:
         self.judge = judge_for(self.rules, parts, self.sources)
         self._attributed: ProgramState | None = None  # the program the last round's failures were measured on
         self._budget_cut: str | None = None  # where a cap bound inside a round without stopping the run
+        self._max_rounds: int | None = None  # the current run's
 
     def attribute(
         self, examples: list[dspy.Example], phase: str = "evaluate", revisits: set[int] | None = None
@@ -129,6 +130,7 @@ class RoundEngine:
         ``num_threads``), when the training and validation examples are distinct and no task-LM cap is set; its
         metric calls are set aside first (see :class:`StartingValidation`).
         """
+        self._max_rounds = max_rounds
         sizes, cap = (len(self.trainset), len(self.valset)), self.budget.max_metric_calls
         self.emit("on_run_start", RunStart(self.state.instructions.names, *sizes, cap, max_rounds, resumed))
         with ThreadPoolExecutor(max_workers=1) as background, shared_threads(self.config.execution.num_threads):
@@ -183,6 +185,13 @@ class RoundEngine:
         whole = self.rules.no_failure_left(record.failures, record.batch_size, len(self.trainset))
         return whole and self._attributed == self.state.instructions and not self.judge.waiting()
 
+    def _revisits(self, indices: list[int]) -> set[int]:
+        """The positions in this round's batch whose failures count as revisited (``cumulative_hints="revisits"``):
+        those of examples an earlier batch held, and every one in the last round ``max_rounds`` allows, after which
+        no example comes back."""
+        last = self._max_rounds is not None and self.state.round_index + 1 >= self._max_rounds
+        return set(range(len(indices))) if last else self.sampler.revisited(indices)
+
     def run_round(self) -> RoundRecord:
         """One round; returns its record (also appended to ``self.state.rounds``)."""
         r = self.state.round_index
@@ -192,7 +201,7 @@ class RoundEngine:
         batch = [self.trainset[i] for i in indices]
         self.emit("on_round_start", RoundStart(r, minimum, len(batch), self.budget.metric_calls))
         self._attributed = self.state.instructions
-        attribution = self.attribute(batch, revisits=self.sampler.revisited(indices))
+        attribution = self.attribute(batch, revisits=self._revisits(indices))
         report = attribution.report
         if attribution.budget_stop is not None:
             self._budget_cut = f"a cap ended round {r}'s cumulative intervention early ({attribution.budget_stop})"

@@ -174,7 +174,6 @@ def run_demo(
                 clustering=settings.clustering,
                 max_demos=settings.max_demos,
                 train_batch_size=len(train),
-                cumulative_hints=True,  # one batch of the whole set: "revisits" would wait for a round that never comes
             ),
         )
         compiled = optimizer.compile(program, trainset=train, valset=val)
