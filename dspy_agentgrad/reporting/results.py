@@ -95,7 +95,7 @@ def why_unchanged(rounds: list[dict], candidates: list[dict], stop_reason: str) 
     deferred = sum(r.get("cumulative_deferred", 0) for r in rounds)
     waited = (
         f" ({deferred} waited for cumulative hints until their example came back in a later batch, as "
-        'cumulative_hints="revisits" does: more rounds, or cumulative_hints=True, try them at once)'
+        'cumulative_hints="revisits" does; cumulative_hints=True tries them in their first batch)'
         if deferred
         else ""
     )
