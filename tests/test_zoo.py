@@ -110,6 +110,24 @@ def test_a_prompt_lm_that_invents_a_wrong_rule_writes_one_that_breaks_examples()
     assert all("key=k" in step0(exact, q) for q in clean) and 0 < broken < len(clean) / 2
 
 
+def test_a_paraphrasing_prompt_lm_rewords_what_it_writes_but_keeps_its_rules_and_length():
+    world, call = gradient_call(recall=1.0)
+    assert {world.prompt(call)["new_instruction"] for _ in range(5)} == {
+        f"{STEP1} {fix_phrase('note1-a')} {fix_phrase('note1-b')}"
+    }
+    rules = f"{STEP1} {fix_phrase('note1-a')}"  # nothing left to add: a literal LM hands it back as it was
+    inputs = {"current_instruction": rules, "feedback": "note1: key=? (SYM-note1-a)", "rejected_rewrites": ""}
+    call = FakeCall("", "", "", inputs, ["new_instruction"])
+    assert world.prompt(call)["new_instruction"] == rules
+    rewording = SyntheticWorld(0, 0, realism=Realism(paraphrase=1.0, seed=4))
+    written = [rewording.prompt(call)["new_instruction"] for _ in range(20)]
+    assert rules not in written and len(set(written)) > 5
+    assert all(w.split()[1:] == rules.split()[1:] for w in written)  # the rules and the length stay
+    assert SyntheticWorld(0, 0).prompt(FakeCall("", "", "", inputs, ["gradient"])) == rewording.prompt(
+        FakeCall("", "", "", inputs, ["gradient"])
+    )  # only instruction-writing calls are reworded
+
+
 def test_rules_fade_as_an_instruction_grows_long():
     faulty = carriers(600, 0)
     short = f"{STEP0} {fix_phrase('note0-a')}"

@@ -35,6 +35,9 @@ class Realism:
     fade: how fast rules lose force as an instruction grows: a rule works with probability
         ``1 / (1 + fade * extra_words / FADE_FREE_WORDS)``.
     interact: the share of defects (not on the last step) whose fix exposes a partner defect on the next step.
+    paraphrase: the chance that an instruction-writing call rewords the instruction it returns (its rules kept,
+        its length unchanged), whether or not it adds a rule: an LM asked to improve an instruction seldom hands
+        it back word for word, even when it has nothing to add.
     seed: the seed of the world's random draws (sampling, recall, wrong rules).
     """
 
@@ -43,10 +46,11 @@ class Realism:
     wrong_rule: float = 0.0
     fade: float = 0.0
     interact: float = 0.0
+    paraphrase: float = 0.0
     seed: int = 0
 
     def __post_init__(self):
-        for name in ("temperature", "recall", "wrong_rule", "fade", "interact"):
+        for name in ("temperature", "recall", "wrong_rule", "fade", "interact", "paraphrase"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
                 raise ValueError(f"{name} must be a number between 0 and 1; got {value!r}")

@@ -79,6 +79,25 @@ _EXPOSED = re.compile(r"form-(\w+?-[a-z])\b")
 _INSTRUCTION_INPUTS = ("current_instruction", "basic_instruction")
 REWORD_MODES = ("repeat", "intermediate", "all")
 WRONG_RULE_TEXT = "refuse any record whose key was not repeated in the question twice."
+#: First words a rewording prompt LM opens an instruction with (one word each, so its length, and fading, stay).
+_OPENERS = (
+    "Given",
+    "From",
+    "Using",
+    "With",
+    "Taking",
+    "Reading",
+    "Considering",
+    "Examining",
+    "Studying",
+    "Receiving",
+    "Handling",
+    "Processing",
+    "Inspecting",
+    "Reviewing",
+    "Consulting",
+    "Checking",
+)
 _TONES = ("carefully", "plainly", "briefly", "formally", "simply", "directly", "calmly", "strictly")
 _ACTS = ("noted", "checked", "confirmed", "recorded", "traced", "matched", "compared", "reviewed")
 _OBJECTS = ("the case file", "the listing", "the question", "the candidates", "the entry", "the register")
@@ -308,8 +327,12 @@ class SyntheticWorld:
                 if defect.rsplit("-", 1)[0] == target.group(1) and defect not in seen:
                     seen.append(defect)
         seen = [d for d in seen if not self._chance("", 1.0 - self.realism.recall, sampled=True)]  # missed
+
+        def written() -> str:  # only instruction-writing calls draw (wrong rules, rewording)
+            return self._reworded(call, self._improved(current, seen))
+
         if "I provided an assistant with the following instructions" in call.user:
-            return f"```\n{self._improved(current, seen)}\n```"
+            return f"```\n{written()}\n```"
         outputs = call.output_fields
         if "clusters" in outputs:
             return {"clusters": self._clusters(call, target.group(1) if target else None)}
@@ -319,13 +342,11 @@ class SyntheticWorld:
         if "generalized_gradient" in outputs:
             return {"generalized_gradient": advice or "No change needed."}
         if "new_instruction" in outputs and "examples_with_feedback" in call.inputs:  # dspy.GEPA: JSON adapter
-            return json.dumps({"new_instruction": self._improved(current, seen)})
+            return json.dumps({"new_instruction": written()})
         if "new_instruction" in outputs:
-            return {"new_instruction": self._improved(current, seen)}
+            return {"new_instruction": written()}
         if "proposed_instruction" in outputs:
-            return {name: "A program step." for name in outputs} | {
-                "proposed_instruction": self._improved(current, seen)
-            }
+            return {name: "A program step." for name in outputs} | {"proposed_instruction": written()}
         return {name: "A short description of a multi-step lookup program." for name in outputs}
 
     @staticmethod
@@ -348,6 +369,17 @@ class SyntheticWorld:
         if missing and target and self._chance("", self.realism.wrong_rule, sampled=True):
             missing.append(f"RULE-{target.group(1)}-x{self._draw() % 10}: {WRONG_RULE_TEXT}")
         return " ".join([current.rstrip(), *missing]) if missing else current
+
+    def _reworded(self, call: FakeCall, instruction: str) -> str:
+        """``instruction`` with its first word changed on a share ``paraphrase`` of calls (the opener drawn from the
+        prompt and a fresh draw, so it changes from call to call); its rules and its length stay."""
+        if not instruction or not self._chance("", self.realism.paraphrase, sampled=True):
+            return instruction
+        h = stable_hash(json.dumps([call.user, sorted(call.inputs.items()), self._draw()]))
+        first, _, rest = instruction.partition(" ")
+        openers = [o for o in _OPENERS if o != first]
+        opener = openers[h % len(openers)]
+        return f"{opener} {rest}" if first in _OPENERS else f"{opener} {instruction}"
 
     def _clusters(self, call: FakeCall, target: str | None) -> list[dict]:
         """One cluster per distinct set of symptoms; when told a minimum size, small clusters are merged."""

@@ -15,7 +15,7 @@ import logging
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from benchmarks.zoo.runner import ABLATIONS, MAIN, VARIANTS, ZooSettings, run_world
@@ -39,6 +39,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--budget", type=int, help="metric calls per run (default 400 up to 4 steps, 600 above)")
     p.add_argument("--task-ms", type=float, default=30.0, help="simulated latency of a task-LM call")
     p.add_argument("--prompt-ms", type=float, default=80.0, help="simulated latency of a prompt-LM call")
+    p.add_argument(
+        "--paraphrase",
+        type=float,
+        default=0.0,
+        help="in every world, the share of instruction-writing prompt-LM calls that reword what they return",
+    )
     p.add_argument("--summary-only", action="store_true")
     args = p.parse_args(argv)
     names = args.variants.split(",") if args.variants else list(MAIN)
@@ -61,7 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     settings = ZooSettings(
         args.threads, args.train, args.val, args.test, args.task_ms / 1000, args.prompt_ms / 1000, args.budget
     )
-    specs = [draw_world(i, args.seed) for i in range(args.first_world, args.first_world + args.worlds)]
+    worlds = range(args.first_world, args.first_world + args.worlds)
+    specs = [replace(draw_world(i, args.seed), paraphrase=args.paraphrase) for i in worlds]
     header = {
         "command": "python -m benchmarks.zoo " + " ".join(sys.argv[1:] if argv is None else argv),
         "seed": args.seed,

@@ -51,6 +51,7 @@ class WorldSpec:
     interact: float
     fade: float
     unseen: tuple[int, ...]  # defect bits no validation example carries
+    paraphrase: float = 0.0  # not drawn: set for every world by ``--paraphrase``
 
     @property
     def data_seed(self) -> int:
@@ -62,7 +63,8 @@ class WorldSpec:
         return self.temperature > 0 or self.recall < 1
 
     def realism(self, run_seed: int = 0) -> Realism:
-        return Realism(self.temperature, self.recall, self.wrong_rule, self.fade, self.interact, run_seed)
+        knobs = ("temperature", "recall", "wrong_rule", "fade", "interact", "paraphrase")
+        return Realism(**{name: getattr(self, name) for name in knobs}, seed=run_seed)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -75,6 +77,7 @@ class WorldSpec:
         for name in ("wrong_rule", "overreach", "interact", "fade"):
             parts += [f"{name} {getattr(self, name):.2f}"] if getattr(self, name) else []
         parts += [f"unseen {len(self.unseen)}"] if self.unseen else []
+        parts += [f"paraphrase {self.paraphrase:.2f}"] if self.paraphrase else []
         return ", ".join(parts)
 
 
