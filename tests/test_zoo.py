@@ -40,7 +40,8 @@ def test_worlds_are_drawn_reproducibly_and_cover_each_knob_on_and_off():
     assert draw_world(3, 7) == draw_world(3, 7) and draw_world(3, 7) != draw_world(3, 8)
     specs = [draw_world(i, 0) for i in range(200)]
     assert {s.steps for s in specs} == {2, 3, 4, 5} and {s.reword for s in specs} == {"repeat", "intermediate", "all"}
-    for knob, off in (("temperature", 0), ("recall", 1), ("wrong_rule", 0), ("overreach", 0), ("fade", 0)):
+    knobs = (("temperature", 0), ("recall", 1), ("wrong_rule", 0), ("overreach", 0), ("fade", 0), ("paraphrase", 0))
+    for knob, off in knobs:
         values = [getattr(s, knob) for s in specs]
         assert 0.25 < sum(v == off for v in values) / len(values) < 0.65, knob
         assert all(0 <= v <= 1 for v in values)

@@ -42,8 +42,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--paraphrase",
         type=float,
-        default=0.0,
-        help="in every world, the share of instruction-writing prompt-LM calls that reword what they return",
+        help="in every world, the share of instruction-writing prompt-LM calls that reword what they return "
+        "(default: drawn per world)",
     )
     p.add_argument("--summary-only", action="store_true")
     args = p.parse_args(argv)
@@ -68,7 +68,9 @@ def main(argv: list[str] | None = None) -> int:
         args.threads, args.train, args.val, args.test, args.task_ms / 1000, args.prompt_ms / 1000, args.budget
     )
     worlds = range(args.first_world, args.first_world + args.worlds)
-    specs = [replace(draw_world(i, args.seed), paraphrase=args.paraphrase) for i in worlds]
+    specs = [draw_world(i, args.seed) for i in worlds]
+    if args.paraphrase is not None:
+        specs = [replace(spec, paraphrase=args.paraphrase) for spec in specs]
     header = {
         "command": "python -m benchmarks.zoo " + " ".join(sys.argv[1:] if argv is None else argv),
         "seed": args.seed,

@@ -32,6 +32,7 @@ DISTRIBUTIONS = {
     "interact": "0 with 50%, else uniform on [0.2, 0.6]",
     "fade": "0 with 50%, else uniform on [0.1, 0.6]",
     "unseen": "0 with 50%, else 1 or 2 defects (not the most frequent) absent from the validation set",
+    "paraphrase": "0 with 50%, else uniform on [0.5, 1.0] (drawn on a stream of its own)",
 }
 
 
@@ -51,7 +52,7 @@ class WorldSpec:
     interact: float
     fade: float
     unseen: tuple[int, ...]  # defect bits no validation example carries
-    paraphrase: float = 0.0  # not drawn: set for every world by ``--paraphrase``
+    paraphrase: float = 0.0
 
     @property
     def data_seed(self) -> int:
@@ -101,8 +102,22 @@ def draw_world(index: int, zoo_seed: int) -> WorldSpec:
     if rng.random() >= 0.5:
         ranked = sorted(defect_frequencies(steps, zoo_seed * 1000 + index).items(), key=lambda kv: -kv[1])
         unseen = tuple(sorted(rng.sample([bit for bit, _ in ranked[1:]], rng.choice((1, 2)))))
+    # its own stream: the knobs above are those of zoos drawn before the prompt LM could reword
+    paraphrase = _sometimes(random.Random(f"zoo-{zoo_seed}-{index}-paraphrase"), 0.5, 0.5, 1.0)
     return WorldSpec(
-        index, zoo_seed, steps, reword, temperature, hint_rate, recall, wrong_rule, overreach, interact, fade, unseen
+        index,
+        zoo_seed,
+        steps,
+        reword,
+        temperature,
+        hint_rate,
+        recall,
+        wrong_rule,
+        overreach,
+        interact,
+        fade,
+        unseen,
+        paraphrase,
     )
 
 
