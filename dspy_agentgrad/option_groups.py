@@ -68,6 +68,7 @@ class BudgetOptions:
     auto: str | None = "light"
     max_metric_calls: int | None = None
     cap_task_spend: bool = False
+    overdraft_rounds: int | None = None
     max_full_evals: int | None = None
     max_rounds: int | None = None
     max_prompt_tokens: int | None = None

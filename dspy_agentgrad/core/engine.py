@@ -30,7 +30,7 @@ from .abstraction import Abstraction
 from .attribution import Attribution, Attributor, HintFn
 from .batches import BatchSampler
 from .events import AttributionDone, Dispatcher, RoundEnd, RoundStart, RunEnd, RunStart, StopRun
-from .idle_rounds import IdleRounds
+from .idle_rounds import IdleRounds, Overdraft
 from .judging import judge_for
 from .judging.acceptance import Acceptance
 from .judging.protocol import JudgingParts
@@ -137,6 +137,8 @@ class RoundEngine:
             try:
                 self.starting.start(background)
                 idle = IdleRounds(self.rules.cycle, self.budget.cap_task_spend)
+                patience = self.config.budget.overdraft_rounds
+                overdraft = Overdraft(patience, self.budget.max_metric_calls) if patience else None
                 while max_rounds is None or self.state.round_index < max_rounds:
                     paid = self.budget.counted
                     record = self.run_round()
@@ -145,6 +147,9 @@ class RoundEngine:
                         break
                     if idle.stops_after(self.budget.counted != paid):
                         self.state.stop_reason = idle.reason
+                        break
+                    if overdraft and overdraft.stops_after(record.best_val_score, float(self.budget.task_spend)):
+                        self.state.stop_reason = overdraft.reason
                         break
                 else:
                     self.state.stop_reason = f"max_rounds={max_rounds} reached"

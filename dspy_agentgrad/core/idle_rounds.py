@@ -36,3 +36,26 @@ class IdleRounds:
     def reason(self) -> str:
         what = "a run made anew" if self.task_spend else "a metric call"
         return f"stalled: {self.count} rounds without {what}"
+
+
+@dataclass
+class Overdraft:
+    """Once the runs' task spend has passed the metric-call budget (a whole GEPA run's worth of program runs), the
+    run stops after ``limit`` rounds in a row that did not raise the best validation score: past its budget, a
+    run spends only while it gains."""
+
+    limit: int
+    budget: int | None
+    count: int = 0
+    best: float | None = None
+
+    def stops_after(self, best: float | None, task_spend: float) -> bool:
+        """Count a round that ended with ``best`` validation and ``task_spend`` so far; whether the run stops."""
+        gained = best is not None and (self.best is None or best > self.best)
+        self.best = best if gained else self.best
+        self.count = 0 if gained else self.count + 1
+        return self.budget is not None and task_spend >= self.budget and self.count >= self.limit
+
+    @property
+    def reason(self) -> str:
+        return f"past the budget in task spend and {self.count} rounds without a validation gain"
