@@ -122,7 +122,8 @@ GROUPS = tuple(f.name for f in fields(AgentGradConfig) if f.name != "preset")
 OPTION_GROUP = {f.name: g.name for g in fields(AgentGradConfig) if g.name in GROUPS for f in fields(g.default_factory)}
 #: Whole configs by name (an option passed explicitly wins). "paper": the paper's procedure, every run scored,
 #: one hint level and one candidate at a time, each candidate validated on its own, no cumulative hints, no
-#: reflections on hard cases, no pruning of kept rewrites, a large-medium-small cyclic minimum cluster size.
+#: reflections on hard cases, no pruning of kept rewrites, no stop past the budget in task spend, a
+#: large-medium-small cyclic minimum cluster size.
 PRESETS = {
     "paper": AgentGradConfig(preset="paper").with_options(
         reuse_calls=False,
@@ -133,12 +134,13 @@ PRESETS = {
         cluster_schedule=(3, 2, 1),
         reflect_hard_cases=False,
         prune_rewrites=False,
+        overdraft_rounds=None,
     ),
 }
 
 
 #: Options on by default whose neutral value is off: a run written before the option existed behaved as off.
-BEHAVED_BEFORE = {"prune_rewrites": False}
+BEHAVED_BEFORE = {"prune_rewrites": False, "overdraft_rounds": None}
 
 
 def option_defaults() -> dict:

@@ -59,6 +59,10 @@ class BudgetOptions:
         predictor and metric call, as ``dspy.GEPA``'s do, and a round whose runs all took earlier scores is paid
         for, so it no longer counts as stalled. Off by default: on the zoo it bounds spend but lowers the worst
         worlds' test scores (docs/zoo.md).
+    overdraft_rounds: once the runs' task spend has passed ``max_metric_calls`` (a ``dspy.GEPA`` run's worth of
+        program runs), the run stops after this many rounds in a row without a validation gain; None: it spends to
+        its budget. Runs whose scores are reused cost no metric call, so without it a run that stopped gaining can
+        spend several times GEPA's task tokens (docs/zoo.md).
     max_full_evals: the cap in GEPA's other unit: that many passes over train + validation.
     max_rounds: cap on rounds.
     max_prompt_tokens, max_prompt_cost: caps on the prompt LM: tokens, or USD priced with litellm's price table.
@@ -68,7 +72,7 @@ class BudgetOptions:
     auto: str | None = "light"
     max_metric_calls: int | None = None
     cap_task_spend: bool = False
-    overdraft_rounds: int | None = None
+    overdraft_rounds: int | None = 4
     max_full_evals: int | None = None
     max_rounds: int | None = None
     max_prompt_tokens: int | None = None
@@ -88,6 +92,7 @@ class BudgetOptions:
         if self.max_metric_calls is not None and self.max_full_evals is not None:
             raise ValueError("max_metric_calls and max_full_evals both set the budget; pass one of them")
         counts = ("max_metric_calls", "max_full_evals", "max_rounds", "max_prompt_tokens", "max_task_calls")
+        check_int("overdraft_rounds", self.overdraft_rounds, 1, optional=True)
         for name in (*counts, "max_task_tokens"):
             check_int(name, getattr(self, name), 1, optional=True)
         check_number("max_prompt_cost", self.max_prompt_cost, 0, math.inf, low_open=True, optional=True)

@@ -11,6 +11,7 @@ from world import Pipeline, World, agentgrad, feedback_metric, make_data, world_
 
 from dspy_agentgrad import AgentGrad, AgentGradCallback
 from dspy_agentgrad.config import AgentGradConfig
+from dspy_agentgrad.core.idle_rounds import Overdraft
 from dspy_agentgrad.program.runs import Outcome, Reference, Step
 from dspy_agentgrad.runtime.budget import Budget, BudgetExhausted, TaskCapReached, TaskTicket
 
@@ -309,3 +310,40 @@ def test_the_paper_preset_sets_the_papers_procedure_and_an_option_passed_wins():
     assert default.execution.reuse_calls and default.judging.validate_together
     with pytest.raises(ValueError, match="preset must be one of"):
         AgentGrad(feedback_metric, config=AgentGradConfig.from_options(preset="fast", max_rounds=1, **FAST))
+
+
+def test_past_the_budget_in_task_spend_a_run_that_stopped_gaining_stops():
+    """Hints the task LM never follows cost task-LM calls but no metric call (the hinted run's output is the
+    failing one): the task spend passes the metric-call budget long before the metric calls do. With
+    ``overdraft_rounds`` the run then stops after that many rounds without a validation gain; without it, it spends
+    on until the metric-call budget ends it."""
+
+    def run(overdraft_rounds):
+        world = World(hint_follow_rate=0.0)
+        task_lm = world_lm(world)
+        dspy.configure(lm=task_lm)
+        options = dict(max_rounds=30, train_batch_size=10, max_metric_calls=100, overdraft_rounds=overdraft_rounds)
+        optimizer = AgentGrad(
+            feedback_metric,
+            task_model=task_lm,
+            prompt_model=world_lm(world),
+            config=AgentGradConfig.from_options(**FAST, **options),
+        )
+        train, val = make_data({"extract": 60}), make_data({"none": 5, "notes": 5}, start=100)
+        return optimizer.compile(Pipeline(), trainset=train, valset=val).detailed_results
+
+    stopped, spent = run(2), run(None)
+    assert stopped.stop_reason.startswith("past the budget in task spend")
+    assert stopped.task_spend >= 100 > stopped.metric_calls
+    assert {r.best_val_score for r in stopped.rounds} == {stopped.initial_val_score}  # no round gained
+    assert spent.stop_reason.startswith("budget exhausted") and len(spent.rounds) > len(stopped.rounds)
+    assert spent.task_spend > stopped.task_spend
+
+
+def test_the_overdraft_rule_waits_for_the_budget_and_counts_from_the_last_gain():
+    rule = Overdraft(limit=2, budget=100)
+    assert [rule.stops_after(0.5, spend) for spend in (40, 80, 90)] == [False, False, False]  # under the budget
+    assert rule.stops_after(0.6, 120) is False  # a gain past the budget starts the count again
+    assert [rule.stops_after(0.6, 130), rule.stops_after(0.55, 140)] == [False, True]
+    never = Overdraft(limit=1, budget=None)
+    assert not any(never.stops_after(0.5, spend) for spend in (10, 1000, 10**6))

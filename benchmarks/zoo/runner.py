@@ -67,7 +67,7 @@ ABLATIONS = {
     "task spend capped": Variant("agentgrad", {"cap_task_spend": True}),
     "prune_rewrites off": Variant("agentgrad", {"prune_rewrites": False}),
     "cumulative_hints=True": Variant("agentgrad", {"cumulative_hints": True}),
-    "overdraft 4 rounds": Variant("agentgrad", {"overdraft_rounds": 4}),
+    "overdraft_rounds off": Variant("agentgrad", {"overdraft_rounds": None}),
     "cumulative_hints off + stack_rounds=1": Variant("agentgrad", {"cumulative_hints": False, "stack_rounds": 1}),
 }
 VARIANTS = {**MAIN, **ABLATIONS}

@@ -123,7 +123,9 @@ class RoundEngine:
 
         Stops: ``max_rounds``; no failure left when the batch is the whole training set; a budget
         cap (the step that would exceed it is not started); a callback's :class:`StopRun`; as many rounds
-        in a row that took nothing from the budget as the cluster schedule is long (:class:`IdleRounds`); Ctrl-C.
+        in a row that took nothing from the budget as the cluster schedule is long (:class:`IdleRounds`); past the
+        budget in task spend, ``overdraft_rounds`` rounds in a row without a validation gain (:class:`Overdraft`);
+        Ctrl-C.
 
         The starting program's validation pass is needed first by the first candidate's check, so
         with several threads it runs beside the first round's attribution and proposals (sharing

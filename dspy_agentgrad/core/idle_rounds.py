@@ -1,4 +1,6 @@
-"""The stop for a run that can learn nothing more: rounds in a row that took nothing from the budget.
+"""The stops for a run that can learn nothing more: rounds in a row that took nothing from the budget
+(:class:`IdleRounds`), and, past the budget in task spend, rounds in a row without a validation gain
+(:class:`Overdraft`).
 
 What the budget counts is the metric calls, and with ``cap_task_spend`` also the runs' task spend: every run,
 scored or not, adds the share of its calls it made anew (:attr:`.runs.Outcome.task_share`). A round that
@@ -11,6 +13,13 @@ and cost task-LM calls the cap never sees. With the task spend counted they are 
 not idle, so the rule ends only a run whose rounds ran nothing anew (every later round would ask the same
 again); a run that spends without gain ends at its budget, as ``dspy.GEPA``'s does. The engine and the
 projection (:mod:`dspy_agentgrad.reporting.projection`) both decide with this object.
+
+With the cap off, rounds whose runs take earlier scores spend task-LM calls the metric-call budget never sees,
+and where the LM rewords every rewrite, some round always pays a metric call or two: a run that has stopped
+gaining spends on. :class:`Overdraft` bounds that tail: once the task spend has passed the metric-call budget (as
+many program runs made anew as a ``dspy.GEPA`` run of that budget makes), the run stops after
+``overdraft_rounds`` rounds in a row that did not raise the best validation score. Before the budget is spent, or
+while rounds keep gaining, it never stops a run. It depends on gains, so the projection does not play it.
 """
 
 from __future__ import annotations
@@ -40,9 +49,8 @@ class IdleRounds:
 
 @dataclass
 class Overdraft:
-    """Once the runs' task spend has passed the metric-call budget (a whole GEPA run's worth of program runs), the
-    run stops after ``limit`` rounds in a row that did not raise the best validation score: past its budget, a
-    run spends only while it gains."""
+    """Counts the rounds in a row that did not raise the best validation score; once the task spend has reached
+    ``budget`` (the metric-call cap; None: never), ``limit`` of them stop the run."""
 
     limit: int
     budget: int | None
