@@ -92,8 +92,7 @@ class BudgetOptions:
         if self.max_metric_calls is not None and self.max_full_evals is not None:
             raise ValueError("max_metric_calls and max_full_evals both set the budget; pass one of them")
         counts = ("max_metric_calls", "max_full_evals", "max_rounds", "max_prompt_tokens", "max_task_calls")
-        check_int("overdraft_rounds", self.overdraft_rounds, 1, optional=True)
-        for name in (*counts, "max_task_tokens"):
+        for name in (*counts, "max_task_tokens", "overdraft_rounds"):
             check_int(name, getattr(self, name), 1, optional=True)
         check_number("max_prompt_cost", self.max_prompt_cost, 0, math.inf, low_open=True, optional=True)
 

@@ -345,5 +345,5 @@ def test_the_overdraft_rule_waits_for_the_budget_and_counts_from_the_last_gain()
     assert [rule.stops_after(0.5, spend) for spend in (40, 80, 90)] == [False, False, False]  # under the budget
     assert rule.stops_after(0.6, 120) is False  # a gain past the budget starts the count again
     assert [rule.stops_after(0.6, 130), rule.stops_after(0.55, 140)] == [False, True]
-    never = Overdraft(limit=1, budget=None)
-    assert not any(never.stops_after(0.5, spend) for spend in (10, 1000, 10**6))
+    for never in (Overdraft(limit=1, budget=None), Overdraft(limit=None, budget=100)):  # no budget; the rule off
+        assert not any(never.stops_after(0.5, spend) for spend in (10, 1000, 10**6))

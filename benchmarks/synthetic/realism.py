@@ -23,6 +23,10 @@ INTERACT_EXPOSE_RATE = 0.5
 FADE_FREE_WORDS = 20
 
 
+#: The knobs of :class:`Realism` (every field but the seed), each a number between 0 and 1.
+KNOBS = ("temperature", "recall", "wrong_rule", "fade", "interact", "paraphrase")
+
+
 @dataclass(frozen=True)
 class Realism:
     """How the simulated task and prompt LMs misbehave (all zero / one: they do not).
@@ -50,7 +54,7 @@ class Realism:
     seed: int = 0
 
     def __post_init__(self):
-        for name in ("temperature", "recall", "wrong_rule", "fade", "interact", "paraphrase"):
+        for name in KNOBS:
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
                 raise ValueError(f"{name} must be a number between 0 and 1; got {value!r}")

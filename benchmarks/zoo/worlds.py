@@ -16,7 +16,7 @@ import dspy
 
 from benchmarks.registry import Benchmark
 from benchmarks.synthetic import LookupChain, defect_frequencies, hint, make_examples, metric
-from benchmarks.synthetic.realism import Realism
+from benchmarks.synthetic.realism import KNOBS, Realism
 from benchmarks.synthetic.world import REWORD_MODES, SyntheticWorld
 from dspy_agentgrad.testing import fake_lm
 
@@ -64,8 +64,7 @@ class WorldSpec:
         return self.temperature > 0 or self.recall < 1
 
     def realism(self, run_seed: int = 0) -> Realism:
-        knobs = ("temperature", "recall", "wrong_rule", "fade", "interact", "paraphrase")
-        return Realism(**{name: getattr(self, name) for name in knobs}, seed=run_seed)
+        return Realism(**{name: getattr(self, name) for name in KNOBS}, seed=run_seed)
 
     def as_dict(self) -> dict:
         return asdict(self)

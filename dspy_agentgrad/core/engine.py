@@ -139,8 +139,7 @@ class RoundEngine:
             try:
                 self.starting.start(background)
                 idle = IdleRounds(self.rules.cycle, self.budget.cap_task_spend)
-                patience = self.config.budget.overdraft_rounds
-                overdraft = Overdraft(patience, self.budget.max_metric_calls) if patience else None
+                overdraft = Overdraft(self.config.budget.overdraft_rounds, self.budget.max_metric_calls)
                 while max_rounds is None or self.state.round_index < max_rounds:
                     paid = self.budget.counted
                     record = self.run_round()
@@ -150,7 +149,7 @@ class RoundEngine:
                     if idle.stops_after(self.budget.counted != paid):
                         self.state.stop_reason = idle.reason
                         break
-                    if overdraft and overdraft.stops_after(record.best_val_score, float(self.budget.task_spend)):
+                    if overdraft.stops_after(record.best_val_score, float(self.budget.task_spend)):
                         self.state.stop_reason = overdraft.reason
                         break
                 else:

@@ -50,9 +50,9 @@ class IdleRounds:
 @dataclass
 class Overdraft:
     """Counts the rounds in a row that did not raise the best validation score; once the task spend has reached
-    ``budget`` (the metric-call cap; None: never), ``limit`` of them stop the run."""
+    ``budget`` (the metric-call cap), ``limit`` of them stop the run. Either None: it never stops one."""
 
-    limit: int
+    limit: int | None
     budget: int | None
     count: int = 0
     best: float | None = None
@@ -62,7 +62,9 @@ class Overdraft:
         gained = best is not None and (self.best is None or best > self.best)
         self.best = best if gained else self.best
         self.count = 0 if gained else self.count + 1
-        return self.budget is not None and task_spend >= self.budget and self.count >= self.limit
+        if self.limit is None or self.budget is None:
+            return False
+        return task_spend >= self.budget and self.count >= self.limit
 
     @property
     def reason(self) -> str:
