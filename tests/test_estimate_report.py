@@ -442,7 +442,15 @@ def test_why_unchanged_says_when_the_budget_stopped_the_run_before_any_candidate
     said = why_unchanged([round_], [], stop)
     assert "stopped before a candidate was judged" in said and stop in said
     waiting = why_unchanged([{**round_, "clusters": 0}], [], "max_rounds=1 reached")
-    assert "no cluster reached the minimum cluster size" in waiting
+    assert "no cluster reached the minimum cluster size" in waiting and "max_rounds=1 reached" in waiting
+
+
+def test_why_unchanged_names_the_stop_after_candidates_lost():
+    round_ = {"failures": 12, "attributed": {"answer": 3}, "gradients": 3, "clusters": 1}
+    lost = [{"reason": "no gain on validation"}, {"reason": "no gain on its cluster"}]
+    stop = "past the budget in task spend and 4 rounds without a validation gain"
+    said = why_unchanged([round_], lost, stop)
+    assert "2 candidate(s) were judged" in said and "1 no gain on validation" in said and said.endswith(stop + ".")
 
 
 PAYLOADS = [

@@ -117,11 +117,15 @@ def why_unchanged(rounds: list[dict], candidates: list[dict], stop_reason: str) 
                 f"{prefix}gradients were clustered, but the run stopped before a candidate was judged ({stop_reason})."
             )
         return (
-            f"{prefix}gradients were written, but no cluster reached the minimum cluster size before the run stopped."
+            f"{prefix}gradients were written, but no cluster reached the minimum cluster size before the run stopped"
+            f" ({stop_reason})."
         )
     reasons = Counter(c["reason"] for c in candidates)
     listed = ", ".join(f"{n} {reason}" for reason, n in reasons.items())
-    return f"{prefix}{len(candidates)} candidate(s) were judged and none won both stages ({listed})."
+    return (
+        f"{prefix}{len(candidates)} candidate(s) were judged and none won both stages ({listed}); "
+        f"the run then stopped: {stop_reason}."
+    )
 
 
 def paid_totals(segments: list[dict]) -> dict:
