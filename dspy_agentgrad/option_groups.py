@@ -281,7 +281,7 @@ class ExecutionOptions:
     num_threads: int = 1
     seed: int = 0
     reuse_calls: bool = True
-    speculate: bool = True
+    speculate: bool = False
     retry_attempts: int = 3
     run_timeout_s: float | None = None
     metric_timeout_s: float | None = None

@@ -69,15 +69,15 @@ def test_failure_fixable_at_two_predictors_goes_to_the_later_one(world):
 
 
 def test_upstream_predictors_replay_and_only_the_target_and_later_run_live(world):
-    report = optimizer(num_threads=2).attribute(Pipeline(), make_data({"notes": 1}))
+    report = optimizer(num_threads=2, speculate=True).attribute(Pipeline(), make_data({"notes": 1}))
     assert [len(report.attributed[n]) for n in ("extract", "notes", "answer")] == [0, 1, 0]
     # original run: 1 call each; hint at answer: answer live; hint at notes: notes and answer live
     sequential = (1, 2, 3)
     # the answer hint changed nothing, so the extract level was run ahead too: extract live, and as its
     # keyword came out as before, notes and answer replayed
     assert (world.calls["extract"], world.calls["notes"], world.calls["answer"]) == (2, 2, 3)
-    # nothing is run ahead without reuse, nor at one thread (where it could not save time)
-    for options in (dict(reuse_calls=False, num_threads=2), dict(num_threads=1)):
+    # nothing is run ahead without reuse, nor at one thread (where it could not save time), nor by default
+    for options in (dict(reuse_calls=False, num_threads=2, speculate=True), dict(num_threads=1, speculate=True), {}):
         world.calls.clear()
         optimizer(**options).attribute(Pipeline(), make_data({"notes": 1}))
         assert (world.calls["extract"], world.calls["notes"], world.calls["answer"]) == sequential

@@ -201,13 +201,13 @@ REUSED_ROUND_WORLD = dict(
 @example(CUMULATIVE_CUT_WORLD, "metric calls", 1)
 @example(REUSED_ROUND_WORLD, "metric calls", 2)
 def test_speed_mechanisms_keep_the_decisions_and_the_records_explain_the_program(world, cap, stack_rounds):
-    """One world, four runs: the default mechanisms (speculation, reuse, validation together with stacks of
+    """One world, four runs: the speed mechanisms (speculation, reuse, validation together with stacks of
     ``stack_rounds`` rounds) at the world's thread count, then each with one mechanism off or one thread."""
-    options = dict(stack_rounds=stack_rounds, cluster_schedule=(1,), reflect_hard_cases=False)
+    options = dict(stack_rounds=stack_rounds, cluster_schedule=(1,), reflect_hard_cases=False, speculate=True)
     options |= caps(cap, world["budget_slack"])
     base = compile_world(world, **options)
     # speculation and the thread count change nothing at all
-    others = [compile_world(world, speculate=False, **options)]
+    others = [compile_world(world, **{**options, "speculate": False})]
     others += [compile_world({**world, "threads": 1}, **options)] if world["threads"] > 1 else []
     for other in others:
         assert decisions(other) == decisions(base) and other.final_instructions == base.final_instructions

@@ -56,7 +56,7 @@ MAIN = {
 ABLATIONS = {
     "validate_together off": Variant("agentgrad", {"validate_together": False}),
     "stack_rounds=1": Variant("agentgrad", {"stack_rounds": 1}),
-    "speculate off": Variant("agentgrad", {"speculate": False}),
+    "speculate on": Variant("agentgrad", {"speculate": True}),
     "cumulative_hints off": Variant("agentgrad", {"cumulative_hints": False}),
     "reflect_hard_cases off": Variant("agentgrad", {"reflect_hard_cases": False}),
     "cluster_schedule=(3,2,1)": Variant("agentgrad", {"cluster_schedule": (3, 2, 1)}),
