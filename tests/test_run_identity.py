@@ -149,6 +149,16 @@ def test_a_run_that_spent_its_budget_continues_with_a_larger_budget(tmp_path):
     assert extended.detailed_results.metric_calls > small.metric_calls
 
 
+def test_a_resume_may_turn_speculation_on_or_off(tmp_path):
+    """``speculate`` changes no decision, so a run recorded with it on (its default once) resumes with it off."""
+    dspy.configure(lm=world_lm(World()))
+    first = compile_once(tmp_path / "run", max_rounds=1, num_threads=2, speculate=True).detailed_results
+    resumed = compile_once(tmp_path / "run", max_rounds=2, num_threads=2).detailed_results
+    fresh = compile_once(tmp_path / "fresh", max_rounds=2, num_threads=2).detailed_results
+    assert resumed.resumed and first.options["speculate"] and not resumed.options["speculate"]
+    assert decisions(resumed) == decisions(fresh)
+
+
 def test_a_mismatch_lists_only_the_keys_that_differ_and_how_to_allow_it(tmp_path):
     dspy.configure(lm=world_lm(World()))
     compile_once(tmp_path)

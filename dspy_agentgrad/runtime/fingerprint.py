@@ -27,6 +27,9 @@ OVERRIDABLE = ("metric", "task_lm", "prompt_lm", "prompts", "adapter", "options"
 #: budget or round limit, or stop it sooner): the journal's results stay valid, since each is keyed by
 #: what determines it, and the replay reaches the same decisions up to the old stopping point.
 STOPPING_OPTIONS = ("auto", "max_metric_calls", "max_full_evals", "max_rounds", "max_prompt_tokens", "max_prompt_cost")
+#: Options that change what is done ahead, never a decision (docs/guarantees.md): a resume may change them too, and
+#: a run recorded under an earlier default resumes under the current one.
+AHEAD_OPTIONS = ("speculate",)
 _ABSENT = object()
 
 
@@ -55,9 +58,11 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def _is_stopping(path: str) -> bool:
+def _may_differ(path: str) -> bool:
+    """Whether a resume may change the fingerprint at ``path`` without being told: a stopping option, or one that
+    changes no decision."""
     part, _, option = path.partition(".")
-    return part == "options" and option in STOPPING_OPTIONS
+    return part == "options" and option in STOPPING_OPTIONS + AHEAD_OPTIONS
 
 
 def check_fingerprint(
@@ -65,7 +70,8 @@ def check_fingerprint(
 ) -> RunIdentity:
     """Write the fingerprint on a new run; on resume, refuse a different one.
 
-    The stopping options (:data:`STOPPING_OPTIONS`) may differ: the run goes on to the new limits.
+    The stopping options (:data:`STOPPING_OPTIONS`) may differ: the run goes on to the new limits; so may
+    :data:`AHEAD_OPTIONS`, which change no decision.
     Parts named in ``resume_despite`` may differ too: the run resumes with a warning, the new values
     are recorded, and results already paid for under the old ones are replayed as they are. A ``log_dir``
     of an earlier version is compared in the current format (``option_defaults``: each option's neutral
@@ -95,7 +101,7 @@ def check_fingerprint(
         ) from None
     upgraded = upgraded_run(previous, fingerprint, option_defaults or {})
     diffs = _differences(upgraded, fingerprint)
-    refused = [d for d in diffs if not _is_stopping(d[0]) and d[0].split(".")[0] not in resume_despite]
+    refused = [d for d in diffs if not _may_differ(d[0]) and d[0].split(".")[0] not in resume_despite]
     if refused:
         details = "; ".join(f"{where}: {_shown(old)} -> {_shown(new)}" for where, old, new in refused)
         parts = sorted({where.split(".")[0] for where, _, _ in refused})
@@ -107,7 +113,7 @@ def check_fingerprint(
         )
         raise RunMismatch(f"log_dir {log_dir} holds a run with a different {', '.join(parts)} ({details}); {advice}")
     for where, old, new in diffs:
-        log = logger.info if _is_stopping(where) else logger.warning
+        log = logger.info if _may_differ(where) else logger.warning
         log("resuming %s with %s: %s -> %s", log_dir, where, _shown(old), _shown(new))
     updated = {**fingerprint, RUN_ID: upgraded[RUN_ID]}
     if not migrate(Path(log_dir), previous, updated) and updated != previous:
