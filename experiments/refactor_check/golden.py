@@ -37,9 +37,13 @@ def world_run(threads: int, out: Path) -> None:
     train = make_data({"extract": 3, "notes": 2, "answer": 2, "either": 1, "extract+notes": 1, "none": 3})
     val = make_data({"extract": 2, "notes": 2, "answer": 1, "none": 2}, start=50)
     with tempfile.TemporaryDirectory() as log_dir:
-        AgentGrad(feedback_metric, num_threads=threads, seed=0, log_dir=log_dir,
-                  config=AgentGradConfig.from_options(max_rounds=4, progress=False)).compile(Pipeline(), trainset=train,
-                                                                                           valset=val)
+        AgentGrad(
+            feedback_metric,
+            num_threads=threads,
+            seed=0,
+            log_dir=log_dir,
+            config=AgentGradConfig.from_options(max_rounds=4, progress=False),
+        ).compile(Pipeline(), trainset=train, valset=val)
         (out / f"world_t{threads}.json").write_text(Path(log_dir, "result.json").read_text())
 
 
@@ -47,8 +51,29 @@ def synthetic_run(seed: int, out: Path) -> None:
     from benchmarks.run import main as run_main
 
     with tempfile.TemporaryDirectory() as d:
-        run_main(["--bench", "synthetic", "--seed", str(seed), "--split-seed", str(seed), "--task-lm", "synthetic:0,0",
-                  "--optimizers", "agentgrad", "--train", "50", "--val", "50", "--test", "50", "--out", d, "--fresh"])
+        run_main(
+            [
+                "--bench",
+                "synthetic",
+                "--seed",
+                str(seed),
+                "--split-seed",
+                str(seed),
+                "--task-lm",
+                "synthetic:0,0",
+                "--optimizers",
+                "agentgrad",
+                "--train",
+                "50",
+                "--val",
+                "50",
+                "--test",
+                "50",
+                "--out",
+                d,
+                "--fresh",
+            ]
+        )
         found = sorted(Path(d).rglob("result.json"))
         if not found:
             raise SystemExit(f"no result.json under {d}")
