@@ -121,13 +121,14 @@ class AgentGradConfig:
 GROUPS = tuple(f.name for f in fields(AgentGradConfig) if f.name != "preset")
 OPTION_GROUP = {f.name: g.name for g in fields(AgentGradConfig) if g.name in GROUPS for f in fields(g.default_factory)}
 #: Whole configs by name (an option passed explicitly wins). "paper": the paper's procedure, every run scored,
-#: one hint level and one candidate at a time, each candidate validated on its own, no cumulative hints, no
-#: reflections on hard cases, no pruning of kept rewrites, no stop past the budget in task spend, a
-#: large-medium-small cyclic minimum cluster size.
+#: one hint level and one candidate at a time, each candidate validated on its own and kept only on a strict gain,
+#: no cumulative hints, no reflections on hard cases, no pruning of kept rewrites, no stop past the budget in task
+#: spend, a large-medium-small cyclic minimum cluster size.
 PRESETS = {
     "paper": AgentGradConfig(preset="paper").with_options(
         reuse_calls=False,
         speculate=False,
+        val_acceptance="strict",
         validate_together=False,
         stack_rounds=1,
         cumulative_hints=False,

@@ -202,10 +202,10 @@ class AbstractionOptions:
 
 @dataclass(frozen=True)
 class JudgingOptions:
-    """Step 5, keeping a candidate that won its cluster only if it wins on validation.
+    """Step 5, keeping a candidate that won its cluster only if it does no worse on validation.
 
-    val_acceptance: "strict" (higher than the best), "non_decreasing" (at least equal) or "robust" (still higher
-        with the validation example it gains most on left out).
+    val_acceptance: "non_decreasing" (at least equal to the best), "strict" (higher, the paper's) or "robust"
+        (still higher with the validation example it gains most on left out).
     validate_together: a round's winners take one validation pass together; if the stack loses, each alone.
     stack_rounds: with validate_together: rounds grouped in windows of this many share one validation pass.
     objective_guards: objective name -> how far its validation mean may fall for a candidate to be kept.
@@ -213,7 +213,7 @@ class JudgingOptions:
         left out in turn, and goes if validation does better without it.
     """
 
-    val_acceptance: str = "strict"
+    val_acceptance: str = "non_decreasing"
     validate_together: bool = True
     stack_rounds: int = 2
     objective_guards: dict[str, float] | None = None

@@ -92,14 +92,13 @@ def test_chunked_runs_are_identical_at_1_and_4_threads(chunk, monkeypatch):
     assert results[0] == results[1]
 
 
-def test_non_decreasing_acceptance_keeps_a_rewrite_that_ties_on_validation():
+def test_by_default_a_rewrite_that_ties_on_validation_is_kept_and_strict_acceptance_drops_it():
     # The notes fix repairs the training failures but no validation example needs it: a tie.
     train = make_data({"notes": 2})
     val = make_data({"none": 4}, start=50)
-    strict = compile_result(World(), train, val, max_rounds=1, cluster_schedule=(1,)).detailed_results
-    tie = compile_result(
-        World(), train, val, max_rounds=1, cluster_schedule=(1,), val_acceptance="non_decreasing"
-    ).detailed_results
+    options = dict(max_rounds=1, cluster_schedule=(1,))
+    strict = compile_result(World(), train, val, val_acceptance="strict", **options).detailed_results
+    tie = compile_result(World(), train, val, **options).detailed_results
     assert [c.accepted for c in strict.candidates] == [False]
     assert [c.accepted for c in tie.candidates] == [True]
     assert tie.candidates[0].reason == "gain on cluster, equal on validation"
@@ -113,7 +112,7 @@ def test_robust_acceptance_keeps_no_gain_that_one_validation_example_decides(nee
     train = make_data({"notes": 2})
     val = make_data({"notes": needing_the_fix, "none": 4 - needing_the_fix}, start=50)
     options = dict(max_rounds=1, cluster_schedule=(1,))
-    strict = compile_result(World(), train, val, **options).detailed_results
+    strict = compile_result(World(), train, val, val_acceptance="strict", **options).detailed_results
     robust = compile_result(World(), train, val, val_acceptance="robust", **options).detailed_results
     assert [c.accepted for c in strict.candidates] == [True]
     assert [c.accepted for c in robust.candidates] == [kept]

@@ -73,6 +73,11 @@ def race(
     return RaceResult(total, done)
 
 
+def validation_verdict(total: Fraction, bar: Fraction) -> str:
+    """The reason a candidate that won its cluster is kept with validation total ``total`` over the bar ``bar``."""
+    return "gain on cluster and validation" if total > bar else "gain on cluster, equal on validation"
+
+
 def gain_survives_dropping_best(outcomes: list[Outcome], best_scores: list[float]) -> bool:
     """``val_acceptance="robust"``: the candidate is still strictly ahead of the best program with the example it
     gains most on left out. On a handful of validation examples one lucky example can carry the mean; a gain that
@@ -174,12 +179,7 @@ class Acceptance:
             return False
         if self._guard_blocks(record, outcomes):
             return False
-        self.verdicts.accept(
-            record,
-            "gain on cluster and validation"
-            if total > state.best_val_total
-            else "gain on cluster, equal on validation",
-        )
+        self.verdicts.accept(record, validation_verdict(total, state.best_val_total))
         state.set_best(outcomes)
         return True
 

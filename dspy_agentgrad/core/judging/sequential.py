@@ -77,8 +77,13 @@ class SequentialJudge:
         if self.pruning is not None:
             self.pruning.prune(winners, before, judged)
 
-    def install(self, candidate: ProgramState) -> None:
-        """An accepted candidate becomes the current program."""
+    def install(self, candidate: ProgramState, replacing: bool = False) -> None:
+        """An accepted candidate becomes the current program. ``replacing``: it takes the place of the program
+        installed last (a stack without a winner that left it), so the validation history keeps one entry for both."""
         state = self.parts.state
         state.instructions = candidate
-        state.val_history.append((self.parts.budget.metric_calls, state.best_val_score))
+        entry = (self.parts.budget.metric_calls, state.best_val_score)
+        if replacing:
+            state.val_history[-1] = entry
+        else:
+            state.val_history.append(entry)

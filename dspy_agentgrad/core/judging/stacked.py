@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, replace
+from fractions import Fraction
 
 from ...program.program_state import ProgramState
 from ...runtime.budget import BudgetExhausted
@@ -17,6 +18,7 @@ from ..events import StopRun
 from ..round_rules import RoundRules
 from ..sources.rewrites import RewriteSource
 from ..state import CandidateRecord, Cluster, RoundRecord
+from .acceptance import validation_verdict
 from .sequential import SequentialJudge
 
 logger = logging.getLogger("dspy.agentgrad")
@@ -309,8 +311,10 @@ class StackedJudge:
         A stack's single pass sees only the sum: a rewrite that wins its own cluster but breaks other examples can
         ride along with winners that gain more. Where the accepted stack scores below the program before it
         (``before``), each winner is left out on those examples only; the one whose absence wins back most is
-        left out on a full pass, and dropped if the stack without it does at least as well (a winner must gain, as
-        when judged alone). Repeated while a winner can go; nothing is paid when no validation example got worse.
+        left out on a full pass, and dropped if the stack without it does at least as well (better, where a tie keeps
+        a candidate: ``val_acceptance="non_decreasing"``), as when judged alone. Repeated while a winner can go;
+        nothing is paid when no validation example got worse. The stack without it replaces the stack in the
+        validation history, and the kept winners share its pass.
         """
         parts, kept = self.parts, list(winners)
         while len(kept) > 1:
@@ -325,15 +329,16 @@ class StackedJudge:
             if not goes:
                 return
             kept.remove(suspect)
-            self.one_at_a_time.install(without[id(suspect)])
-            suspect.val_score = trial.val_score
+            self.one_at_a_time.install(without[id(suspect)], replacing=True)
             parts.verdicts.reject(
                 suspect,
                 f"won its cluster and its stack's validation, but the stack without it did as well or better "
                 f"({trial.val_score:.4f} against {stack_score:.4f})",
             )
-            for record in kept:
-                record.val_score, record.validated_at = trial.val_score, trial.validated_at
+            top = kept[-1]  # the kept winners share the pass without the one that left, as a stack's winners do
+            top.val_score, top.validated_at = trial.val_score, trial.validated_at
+            top.reason = validation_verdict(parts.state.best_val_total, sum((Fraction(b) for b in before), Fraction(0)))
+            parts.verdicts.accept_together(kept, top)
             logger.info(
                 "round %d: %s's rewrite left the stack: validation %.4f without it, %.4f with it",
                 suspect.round,
