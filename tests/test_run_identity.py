@@ -168,5 +168,6 @@ def test_a_mismatch_lists_only_the_keys_that_differ_and_how_to_allow_it(tmp_path
     assert "options.seed: 0 -> 7" in message and "options.train_batch_size: 16 -> 5" in message
     assert "max_score" not in message and "cluster_schedule" not in message
     assert "resume_despite=('options',)" in message
+    assert "pass the options it recorded (seed=0, train_batch_size=16) to resume it as it was" in message
     resumed = compile_once(tmp_path, seed=7, train_batch_size=5, resume_despite=("options",)).detailed_results
     assert resumed.resumed

@@ -105,9 +105,19 @@ def check_fingerprint(
     if refused:
         details = "; ".join(f"{where}: {_shown(old)} -> {_shown(new)}" for where, old, new in refused)
         parts = sorted({where.split(".")[0] for where, _, _ in refused})
+        recorded = [
+            f"{where[len('options.') :]}={_shown(old)}"
+            for where, old, _ in refused
+            if where.startswith("options.") and old is not _ABSENT
+        ]
+        as_it_was = (
+            f"pass the options it recorded ({', '.join(recorded)}) to resume it as it was, or "
+            if recorded and parts == ["options"]
+            else ""
+        )
         advice = (
-            f"pass resume_despite={tuple(parts)!r} to continue knowingly (results paid under the old values are "
-            "replayed as they are), or use a new log_dir to start a new run"
+            f"{as_it_was}pass resume_despite={tuple(parts)!r} to continue knowingly (results paid under the old values "
+            "are replayed as they are), or use a new log_dir to start a new run"
             if set(parts) <= set(OVERRIDABLE)
             else "use a new log_dir to start a new run, or pass the same program and data to resume"
         )
