@@ -77,11 +77,12 @@ class RewritePruning:
             suspect, program, sentence = trials[at]
             tried.add((suspect.predictor, sentence))
             verdicts.open(suspect)
-            start = budget.metric_calls
+            start, bar = budget.metric_calls, self.parts.state.best_val_total
             kept = acceptance.validate(suspect, program)
             suspect.metric_calls = budget.metric_calls - start
             if kept:
-                verdicts.accept(suspect, "better on validation without a sentence its rewrite added")
+                how = "better" if self.parts.state.best_val_total > bar else "as good"  # a tie, with ties accepted
+                verdicts.accept(suspect, f"{how} on validation without a sentence its rewrite added")
                 self.install(program)
             verdicts.close()
             judged.append(suspect)
