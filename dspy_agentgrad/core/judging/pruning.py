@@ -53,8 +53,8 @@ class RewritePruning:
     ``install`` makes a program the current one (the judge's own). Nothing is paid when the pass left no validation
     example worse than before it; otherwise the leave-one-out programs run on those examples only, and the one that
     wins back most, if it wins back more than any other, is judged on a full pass by
-    :meth:`~.acceptance.Acceptance.validate` (a removal must gain, as a rewrite must). Repeated while a sentence can
-    go.
+    :meth:`~.acceptance.Acceptance.validate` (a removal is kept on the terms a rewrite is: ``val_acceptance``).
+    Repeated while a sentence can go.
     """
 
     parts: JudgingParts
