@@ -210,7 +210,7 @@ class JudgingOptions:
     stack_rounds: with validate_together: rounds grouped in windows of this many share one validation pass.
     objective_guards: objective name -> how far its validation mean may fall for a candidate to be kept.
     prune_rewrites: where a validation pass that kept rewrites left examples worse, each sentence they added is
-        left out in turn, and goes if validation does better without it.
+        left out in turn, and goes if validation does no worse without it (better, with val_acceptance="strict").
     """
 
     val_acceptance: str = "non_decreasing"

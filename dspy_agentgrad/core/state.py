@@ -7,6 +7,7 @@ snapshot read it, so neither needs the engine. Also the records it is made of: a
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
@@ -40,9 +41,14 @@ def _clipped(values: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def exact_sum(scores: Iterable[float]) -> Fraction:
+    """The sum of ``scores`` in exact arithmetic: no rounding, so no order or chunking changes a comparison."""
+    return sum((Fraction(s) for s in scores), Fraction(0))
+
+
 def exact_total(outcomes: list[Outcome]) -> Fraction:
-    """The sum of the scores in exact arithmetic: no rounding, so no order or chunking changes a comparison."""
-    return sum((Fraction(o.score) for o in outcomes), Fraction(0))
+    """The exact sum of the outcomes' scores (:func:`exact_sum`)."""
+    return exact_sum(o.score for o in outcomes)
 
 
 @dataclass
@@ -242,7 +248,7 @@ class RunState:
     def set_best_scores(self, scores: list[float]) -> None:
         """Make these validation scores (one per example) the bar a candidate must clear."""
         self.best_val_scores = list(scores)
-        self.best_val_total = sum((Fraction(s) for s in scores), Fraction(0))
+        self.best_val_total = exact_sum(scores)
         self.best_val_score = float(self.best_val_total / len(scores)) if scores else 0.0
 
     def rejected_rewrites(self, predictor: str) -> list[str]:

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, replace
-from fractions import Fraction
 
 from ...program.program_state import ProgramState
 from ...runtime.budget import BudgetExhausted
 from ..events import StopRun
 from ..round_rules import RoundRules
 from ..sources.rewrites import RewriteSource
-from ..state import CandidateRecord, Cluster, RoundRecord
+from ..state import CandidateRecord, Cluster, RoundRecord, exact_sum
 from .acceptance import validation_verdict
 from .sequential import SequentialJudge
 
@@ -316,7 +315,7 @@ class StackedJudge:
         nothing is paid when no validation example got worse. The stack without it replaces the stack in the
         validation history, and the kept winners share its pass.
         """
-        parts, kept = self.parts, list(winners)
+        parts, kept, bar = self.parts, list(winners), exact_sum(before)
         while len(kept) > 1:
             without = {id(r): _stacked(base, [w for w in kept if w is not r]) for r in kept}
             suspect = parts.acceptance.costliest_winner([(r, without[id(r)]) for r in kept], before)
@@ -337,7 +336,7 @@ class StackedJudge:
             )
             top = kept[-1]  # the kept winners share the pass without the one that left, as a stack's winners do
             top.val_score, top.validated_at = trial.val_score, trial.validated_at
-            top.reason = validation_verdict(parts.state.best_val_total, sum((Fraction(b) for b in before), Fraction(0)))
+            top.reason = validation_verdict(parts.state.best_val_total, bar)
             parts.verdicts.accept_together(kept, top)
             logger.info(
                 "round %d: %s's rewrite left the stack: validation %.4f without it, %.4f with it",
