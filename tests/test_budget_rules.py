@@ -136,29 +136,24 @@ def test_a_stack_that_loses_on_validation_falls_back_to_each_winner_alone():
 
 
 @pytest.mark.parametrize("threads", [1, 4])
-def test_a_winning_stack_drops_a_winner_that_costs_more_than_it_gives(threads):
+def test_a_winning_stack_keeps_every_winner_on_its_one_pass(threads):
     # notes's rewrite fixes its own kind and breaks every other. Stacked with answer's rewrite it still beats the
-    # starting program (0.2 -> 0.4), but answer's alone does as well, so notes's is dropped. extract's rewrite lost
-    # its cluster check on top of notes's and is judged again without it. The verdicts and the program are those
-    # of judging one at a time.
-    # (A tie is no gain here, as the paper has it; with ties accepted, the default, notes's rewrite ties and stays,
-    # judged alone or stacked.)
+    # starting program (0.2 -> 0.4), so both are kept on the stack's one pass, and extract's rewrite, which lost its
+    # cluster check on top of notes's, keeps that verdict. Judged one at a time (a tie is no gain here, as the paper
+    # has it) notes's rewrite loses and the run ends at 0.6: the price of a shared pass. A stack kept with a gain is
+    # not searched for such a winner; pruning and the failures it makes in later rounds are what undo it
+    # (docs/zoo.md).
     kinds = {"notes": 4, "extract": 2, "answer": 2, "none": 2}
-    alone = judged(False, ("notes",), kinds, num_threads=threads, val_acceptance="strict")
     together = judged(True, ("notes",), kinds, num_threads=threads, val_acceptance="strict")
     assert sorted((c.predictor, c.accepted) for c in together.candidates) == [
         ("answer", True),
-        ("extract", True),
-        ("notes", False),
+        ("extract", False),
+        ("notes", True),
     ]
-    assert sorted((c.predictor, c.accepted) for c in alone.candidates) == sorted(
-        (c.predictor, c.accepted) for c in together.candidates
-    )
-    by_name = {c.predictor: c for c in together.candidates}
-    assert "the stack without it did as well or better (0.4000 against 0.4000)" in by_name["notes"].reason
-    assert "judged again on the program it would be installed on" in by_name["extract"].reason
-    assert together.final_instructions == alone.final_instructions
-    assert together.best_val_score == alone.best_val_score == 0.6
+    assert together.best_val_score == 0.4
+    assert together.phase_calls["validate"] == 2 * 10  # the starting program's pass and the stack's, nothing more
+    assert judged(False, ("notes",), kinds, num_threads=threads, val_acceptance="strict").best_val_score == 0.6
+    # with ties accepted (the default) notes's rewrite ties on its own and stays: stacked and alone agree
     ties_alone = judged(False, ("notes",), kinds, num_threads=threads)
     ties_together = judged(True, ("notes",), kinds, num_threads=threads)
     assert sorted((c.predictor, c.accepted) for c in ties_together.candidates) == sorted(
@@ -167,8 +162,32 @@ def test_a_winning_stack_drops_a_winner_that_costs_more_than_it_gives(threads):
     assert ties_together.final_instructions == ties_alone.final_instructions
 
 
+@pytest.mark.parametrize("threads", [1, 4])
+def test_a_stack_kept_on_a_tie_drops_the_winner_that_breaks_what_the_others_fix(threads):
+    # extract's rewrite wins its cluster and breaks every other example: the stack of all three ties the starting
+    # program (0.25) and is kept, ties being accepted. The stack had no gain and left examples worse, so the winner
+    # whose absence wins back most is left out on a full pass, and goes: the run ends where judging one at a time
+    # does, with one validation pass fewer.
+    kinds = {"extract": 2, "notes": 2, "answer": 2, "none": 2}
+    alone = judged(False, ("extract",), kinds, num_threads=threads)
+    together = judged(True, ("extract",), kinds, num_threads=threads)
+    assert sorted((c.predictor, c.accepted) for c in together.candidates) == [
+        ("answer", True),
+        ("extract", False),
+        ("notes", True),
+    ]
+    assert sorted((c.predictor, c.accepted) for c in alone.candidates) == sorted(
+        (c.predictor, c.accepted) for c in together.candidates
+    )
+    by_name = {c.predictor: c for c in together.candidates}
+    assert "the stack without it did better (0.7500 against 0.2500)" in by_name["extract"].reason
+    assert together.final_instructions == alone.final_instructions
+    assert together.best_val_score == alone.best_val_score == 0.75
+    assert len(together.val_history) == 2  # the start, and the stack without extract's rewrite in the stack's place
+
+
 def test_a_stack_without_a_loss_on_any_validation_example_pays_nothing_more():
-    # every winner helps: no validation example got worse, so no winner is left out on a pass of its own
+    # every winner helps: no validation example got worse, so nothing is left out on a pass of its own
     result = judged(True, val_kinds={"notes": 4, "extract": 2, "answer": 2, "none": 2})
     assert [c.accepted for c in result.candidates] == [True] * 3
     assert result.phase_calls["validate"] == 2 * 10  # the starting program's pass and the stack's

@@ -218,13 +218,11 @@ class Acceptance:
         return [exact_total(o) - best_total for o in outcomes]
 
     def replaces_stack(self, record: CandidateRecord, without: ProgramState) -> bool:
-        """Whether the accepted stack without one of its winners (``without``) does at least as well on validation,
-        so that the winner goes, as it would judged alone on top of the others: a tie is no gain (with
-        ``val_acceptance="non_decreasing"`` it is, and the winner stays). When it goes, ``without``'s scores become
-        the bar (the caller installs it)."""
-        strict = self.config.judging.val_acceptance == "non_decreasing"
-        total = self._validation_total(record, without, strict)
-        if total is None or cannot_clear(total, self.state.best_val_total, strict):
+        """Whether the accepted stack without one of its winners (``without``) does better on validation, so that the
+        winner goes (a tie keeps it, as ties keep a candidate). When it goes, ``without``'s scores become the bar
+        (the caller installs it)."""
+        total = self._validation_total(record, without, strict=True)
+        if total is None or cannot_clear(total, self.state.best_val_total, strict=True):
             return False
         outcomes = self.evaluator.evaluate(without, self.valset, "validate")  # all cached: free
         if self._guard_blocks(record, outcomes):

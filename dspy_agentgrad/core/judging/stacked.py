@@ -305,43 +305,45 @@ class StackedJudge:
         record.metric_calls += parts.budget.metric_calls - start
 
     def _drop_harmful(self, base: ProgramState, winners: list[CandidateRecord], before: list[float]) -> None:
-        """Leave out a stacked winner that costs more than it gives.
+        """Leave out a winner of a stack kept on a tie that costs more than it gives.
 
-        A stack's single pass sees only the sum: a rewrite that wins its own cluster but breaks other examples can
-        ride along with winners that gain more. Where the accepted stack scores below the program before it
-        (``before``), each winner is left out on those examples only; the one whose absence wins back most is
-        left out on a full pass, and dropped if the stack without it does at least as well (better, where a tie keeps
-        a candidate: ``val_acceptance="non_decreasing"``), as when judged alone. Repeated while a winner can go;
-        nothing is paid when no validation example got worse. The stack without it replaces the stack in the
-        validation history, and the kept winners share its pass.
+        With ties accepted, a stack can be kept with no gain over the program before it (``before``) while one rewrite
+        breaks what the others fix. Where such a stack scores below that program on some validation examples, each
+        winner is left out on those examples only; the one whose absence wins back most is left out on a full pass,
+        and dropped if the stack without it does better (which then has a gain); nothing is paid when no validation
+        example got worse. The stack without it replaces the stack in the validation history, and the
+        kept winners share its pass. A stack kept with a gain keeps every winner: checking those too cost validation
+        passes and no test score on the zoo (docs/zoo.md); pruning and the failures a harmful rewrite makes in later
+        rounds are what undo it there.
         """
-        parts, kept, bar = self.parts, list(winners), exact_sum(before)
-        while len(kept) > 1:
-            without = {id(r): _stacked(base, [w for w in kept if w is not r]) for r in kept}
-            suspect = parts.acceptance.costliest_winner([(r, without[id(r)]) for r in kept], before)
-            if suspect is None:
-                return
-            stack_score, trial = parts.state.best_val_score, replace(suspect)
-            start = parts.budget.metric_calls
-            goes = parts.acceptance.replaces_stack(trial, without[id(suspect)])
-            suspect.metric_calls += parts.budget.metric_calls - start
-            if not goes:
-                return
-            kept.remove(suspect)
-            self.one_at_a_time.install(without[id(suspect)], replacing=True)
-            parts.verdicts.reject(
-                suspect,
-                f"won its cluster and its stack's validation, but the stack without it did as well or better "
-                f"({trial.val_score:.4f} against {stack_score:.4f})",
-            )
-            top = kept[-1]  # the kept winners share the pass without the one that left, as a stack's winners do
-            top.val_score, top.validated_at = trial.val_score, trial.validated_at
-            top.reason = validation_verdict(parts.state.best_val_total, bar)
-            parts.verdicts.accept_together(kept, top)
-            logger.info(
-                "round %d: %s's rewrite left the stack: validation %.4f without it, %.4f with it",
-                suspect.round,
-                suspect.predictor,
-                trial.val_score,
-                stack_score,
-            )
+        parts, bar = self.parts, exact_sum(before)
+        if len(winners) < 2 or parts.state.best_val_total != bar:
+            return
+        without = {id(r): _stacked(base, [w for w in winners if w is not r]) for r in winners}
+        suspect = parts.acceptance.costliest_winner([(r, without[id(r)]) for r in winners], before)
+        if suspect is None:
+            return
+        stack_score, trial = parts.state.best_val_score, replace(suspect)
+        start = parts.budget.metric_calls
+        goes = parts.acceptance.replaces_stack(trial, without[id(suspect)])
+        suspect.metric_calls += parts.budget.metric_calls - start
+        if not goes:
+            return
+        kept = [w for w in winners if w is not suspect]
+        self.one_at_a_time.install(without[id(suspect)], replacing=True)
+        parts.verdicts.reject(
+            suspect,
+            f"won its cluster and its stack's validation, but the stack without it did better "
+            f"({trial.val_score:.4f} against {stack_score:.4f})",
+        )
+        top = kept[-1]  # the kept winners share the pass without the one that left, as a stack's winners do
+        top.val_score, top.validated_at = trial.val_score, trial.validated_at
+        top.reason = validation_verdict(parts.state.best_val_total, bar)
+        parts.verdicts.accept_together(kept, top)
+        logger.info(
+            "round %d: %s's rewrite left the stack: validation %.4f without it, %.4f with it",
+            suspect.round,
+            suspect.predictor,
+            trial.val_score,
+            stack_score,
+        )
