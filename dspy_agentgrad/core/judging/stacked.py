@@ -206,11 +206,11 @@ class StackedJudge:
         """One validation pass for the stack's winners, on the validated program they build on (which scored
         ``before`` on validation).
 
-        When it wins, a winner that costs more than it gives is left out (:meth:`_drop_harmful`); every check still
-        stands where each kept winner is installed on the program it won its cluster on, and a loser whose check
-        stood on a winner left out is judged again (:meth:`_judge_again`). Otherwise (the stack lost, or a kept
-        winner's check stood on one left out) the stack's candidates are judged one at a time, in the order they
-        were checked, from the validated program (:meth:`_judge_one_by_one`), as the paper's judge would.
+        When it is kept on a tie, a winner that costs more than it gives is left out (:meth:`_drop_harmful`); every
+        check still stands where each kept winner is installed on the program it won its cluster on, and a loser
+        whose check stood on a winner left out is judged again (:meth:`_judge_again`). Otherwise (the stack lost, or
+        a kept winner's check stood on one left out) the stack's candidates are judged one at a time, in the order
+        they were checked, from the validated program (:meth:`_judge_one_by_one`), as the paper's judge would.
         """
         parts = self.parts
         base, winners = stack.validated, stack.winners
