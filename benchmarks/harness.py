@@ -290,6 +290,7 @@ def _run_agentgrad(program, trainset, valset, metric, ctx):
 
     budget = ctx["max_metric_calls"]
     switches = {**ctx["options"].get("agentgrad", {}), **ABLATION.get(ctx["name"], {})}
+    stop_callbacks = switches.pop("stop_callbacks", None)  # AgentGrad's own argument, not a config option
     opt = AgentGrad(
         metric,
         prompt_model=ctx["prompt_lm"],
@@ -300,6 +301,7 @@ def _run_agentgrad(program, trainset, valset, metric, ctx):
         num_threads=ctx["num_threads"],
         seed=ctx["seed"],
         log_dir=ctx["log_dir"],
+        stop_callbacks=stop_callbacks,
         config=AgentGradConfig.from_options(
             track_stats=True,
             **{"max_task_tokens": ctx["max_task_tokens"]} if ctx["max_task_tokens"] else {},

@@ -11,6 +11,8 @@ import pytest
 from benchmarks.synthetic import make_examples
 from benchmarks.synthetic.realism import Realism
 from benchmarks.synthetic.world import SyntheticWorld, decode_ticket, fix_phrase
+from benchmarks.zoo.__main__ import parse
+from benchmarks.zoo.runner import ABLATIONS, ZooSettings, run_variant
 from benchmarks.zoo.stops import NoGainStop
 from benchmarks.zoo.summary import INF, targets, variant_summary, world_rows, worst_decile_mean
 from benchmarks.zoo.worlds import build, draw_world
@@ -228,6 +230,13 @@ def test_a_tiny_zoo_runs_end_to_end_and_resumes_without_running_again(tmp_path):
     assert json.loads(world_file.read_text())["runs"] == json.loads(before)["runs"]  # nothing ran again
 
 
+@pytest.mark.parametrize("name", list(ABLATIONS))
+def test_every_ablation_variant_runs_with_the_options_it_names(name):
+    settings = ZooSettings(threads=2, train=8, val=8, test=8, task_s=0.0, prompt_s=0.0, budget=60)
+    entry = run_variant(draw_world(0, 0), name, settings)
+    assert 0 < entry["metric_calls"] <= 60 and 0 <= entry["test_score"] <= 1
+
+
 def test_an_ablation_keeps_its_default_only_if_the_defaults_do_better_without_a_worse_worst_decile():
     from benchmarks.zoo.summary import ablation_lines
 
@@ -246,3 +255,10 @@ def test_an_ablation_keeps_its_default_only_if_the_defaults_do_better_without_a_
         for line in ablation_lines(worlds, ["helps off", "same off"])[5:]
     }
     assert verdicts == {"helps off": "yes", "same off": "no"}
+
+
+def test_a_variant_whose_name_holds_commas_can_be_named_on_the_command_line():
+    args = parse(["--out", "x", "--variants", "agentgrad,gepa,cluster_schedule=(3,2,1),train_batch_size=8"])
+    assert args.names == ["agentgrad", "gepa", "cluster_schedule=(3,2,1)", "train_batch_size=8"]
+    with pytest.raises(SystemExit):
+        parse(["--out", "x", "--variants", "agentgrad,gepa,cluster_schedule=(3"])

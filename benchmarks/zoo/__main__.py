@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import re
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -47,7 +48,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--summary-only", action="store_true")
     args = p.parse_args(argv)
-    names = args.variants.split(",") if args.variants else list(MAIN)
+    names = re.split(r",(?![^()]*\))", args.variants) if args.variants else list(MAIN)  # "(3,2,1)" stays whole
     names += list(ABLATIONS) if args.ablate else []
     unknown = [n for n in names if n not in VARIANTS]
     if unknown:
