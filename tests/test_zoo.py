@@ -11,6 +11,7 @@ import pytest
 from benchmarks.synthetic import make_examples
 from benchmarks.synthetic.realism import Realism
 from benchmarks.synthetic.world import SyntheticWorld, decode_ticket, fix_phrase
+from benchmarks.zoo import runner
 from benchmarks.zoo.__main__ import parse
 from benchmarks.zoo.runner import ABLATIONS, ZooSettings, run_variant
 from benchmarks.zoo.stops import NoGainStop
@@ -235,6 +236,23 @@ def test_every_ablation_variant_runs_with_the_options_it_names(name):
     settings = ZooSettings(threads=2, train=8, val=8, test=8, task_s=0.0, prompt_s=0.0, budget=60)
     entry = run_variant(draw_world(0, 0), name, settings)
     assert 0 < entry["metric_calls"] <= 60 and 0 <= entry["test_score"] <= 1
+
+
+def test_a_variant_that_failed_and_then_ran_is_no_longer_listed_as_failed(tmp_path, monkeypatch):
+    outcomes = iter([RuntimeError("an option was renamed"), {"val_score": 0.5}])
+
+    def run_once(spec, name, settings):
+        outcome = next(outcomes)
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    monkeypatch.setattr(runner, "run_variant", run_once)
+    spec = draw_world(0, 0)
+    record = json.loads(runner.run_world(spec, ["agentgrad"], ZooSettings(), tmp_path).read_text())
+    assert record["failed"] == {"agentgrad": "RuntimeError: an option was renamed"} and not record["runs"]
+    record = json.loads(runner.run_world(spec, ["agentgrad"], ZooSettings(), tmp_path).read_text())
+    assert record["runs"] == {"agentgrad": {"val_score": 0.5}} and not record["failed"]
 
 
 def test_an_ablation_keeps_its_default_only_if_the_defaults_do_better_without_a_worse_worst_decile():

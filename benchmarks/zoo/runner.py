@@ -61,6 +61,7 @@ ABLATIONS = {
     "reflect_hard_cases off": Variant("agentgrad", {"reflect_hard_cases": False}),
     "cluster_schedule=(3,2,1)": Variant("agentgrad", {"cluster_schedule": (3, 2, 1)}),
     "train_batch_size=8": Variant("agentgrad", {"train_batch_size": 8}),
+    "train_batch_size=12": Variant("agentgrad", {"train_batch_size": 12}),
     "train_batch_size=32": Variant("agentgrad", {"train_batch_size": 32}),
     "stop after 2 idle rounds": Variant("agentgrad", stop_after_idle_rounds=2),
     "task calls capped at budget x steps": Variant("agentgrad", task_calls_per_budget_call=1.0),
@@ -147,6 +148,7 @@ def run_world(spec: WorldSpec, names: list[str], settings: ZooSettings, out: Pat
         started = time.perf_counter()
         try:
             record["runs"][name] = run_variant(spec, name, settings)
+            record.get("failed", {}).pop(name, None)  # an earlier failure of it, fixed since, is no longer news
         except Exception as exc:  # recorded, not scored: the summary leaves a failed run out and says so
             logger.exception("world %d: %s failed", spec.index, name)
             record.setdefault("failed", {})[name] = f"{type(exc).__name__}: {exc}"
