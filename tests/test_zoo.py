@@ -229,6 +229,9 @@ def test_a_tiny_zoo_runs_end_to_end_and_resumes_without_running_again(tmp_path):
     before = world_file.read_text()
     assert main(options) == 0
     assert json.loads(world_file.read_text())["runs"] == json.loads(before)["runs"]  # nothing ran again
+    assert main([*options, "--summary-only"]) == 0
+    title = (tmp_path / "summary.md").read_text().splitlines()[2]
+    assert "--variants agentgrad,gepa" in title and "--summary-only" not in title  # the run summarized, named
 
 
 @pytest.mark.parametrize("name", list(ABLATIONS))

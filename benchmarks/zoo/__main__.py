@@ -13,6 +13,7 @@ import argparse
 import json
 import logging
 import re
+import shlex
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -73,15 +74,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.paraphrase is not None:
         specs = [replace(spec, paraphrase=args.paraphrase) for spec in specs]
     header = {
-        "command": "python -m benchmarks.zoo " + " ".join(sys.argv[1:] if argv is None else argv),
+        "command": "python -m benchmarks.zoo " + shlex.join(sys.argv[1:] if argv is None else argv),
         "seed": args.seed,
         "variants": args.names,
         "settings": asdict(settings),
         "distributions": DISTRIBUTIONS,
         "worlds": [s.as_dict() for s in specs],
     }
-    if not args.summary_only:  # a later command on the same folder (more variants, more worlds) is added to the list
-        earlier = json.loads((out / "zoo.json").read_text()) if (out / "zoo.json").exists() else {}
+    earlier = json.loads((out / "zoo.json").read_text()) if (out / "zoo.json").exists() else {}
+    if args.summary_only:  # the title names the folder's last run, not the command that only summarizes it
+        header["command"] = (earlier.get("commands") or [header["command"]])[-1]
+    else:  # a later command on the same folder (more variants, more worlds) is added to the list
         header["commands"] = [*earlier.get("commands", []), header.pop("command")]
         header["worlds"] = list({w["index"]: w for w in [*earlier.get("worlds", []), *header["worlds"]]}.values())
         (out / "zoo.json").write_text(json.dumps(header, indent=1))
