@@ -60,9 +60,10 @@ class BudgetOptions:
         for, so it no longer counts as stalled. Off by default: on the zoo it bounds spend but lowers the worst
         worlds' test scores (docs/zoo.md).
     overdraft_rounds: once the runs' task spend has passed ``max_metric_calls`` (a ``dspy.GEPA`` run's worth of
-        program runs), the run stops after this many rounds in a row without a validation gain (2: one window of
-        ``stack_rounds``); None: it spends to its budget. Runs whose scores are reused cost no metric call, so
-        without it a run that stopped gaining can spend several times GEPA's task tokens (docs/zoo.md).
+        program runs), the run stops after this many rounds in a row without a validation gain (a stack still
+        waiting for its pass gets it first); None: it spends to its budget. Runs whose scores are reused cost no
+        metric call, so without it a run that stopped gaining can spend several times GEPA's task tokens
+        (docs/zoo.md).
     max_full_evals: the cap in GEPA's other unit: that many passes over train + validation.
     max_rounds: cap on rounds.
     max_prompt_tokens, max_prompt_cost: caps on the prompt LM: tokens, or USD priced with litellm's price table.
@@ -72,7 +73,7 @@ class BudgetOptions:
     auto: str | None = "light"
     max_metric_calls: int | None = None
     cap_task_spend: bool = False
-    overdraft_rounds: int | None = 2
+    overdraft_rounds: int | None = 1
     max_full_evals: int | None = None
     max_rounds: int | None = None
     max_prompt_tokens: int | None = None

@@ -69,6 +69,7 @@ ABLATIONS = {
     "prune_rewrites off": Variant("agentgrad", {"prune_rewrites": False}),
     "cumulative_hints=True": Variant("agentgrad", {"cumulative_hints": True}),
     "overdraft_rounds off": Variant("agentgrad", {"overdraft_rounds": None}),
+    "overdraft_rounds=2": Variant("agentgrad", {"overdraft_rounds": 2}),
     "overdraft_rounds=4": Variant("agentgrad", {"overdraft_rounds": 4}),
     "val_acceptance=strict": Variant("agentgrad", {"val_acceptance": "strict"}),
     "cumulative_hints off + stack_rounds=1": Variant("agentgrad", {"cumulative_hints": False, "stack_rounds": 1}),
